@@ -1,0 +1,29 @@
+"""The `mindforge` command. Thin: parse, call the library, print.
+
+Each command group lives in its own module; heavy libraries (torch,
+transformers, docker, prefect) are imported inside commands so that
+`mindforge --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from mindforge.cli import engine, hcp, model, sandbox, serve, tasks
+
+app = typer.Typer(
+    name="mindforge",
+    help="Recursive self-improvement cycles for Mixture-of-LoRA agent models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(hcp.app, name="hcp")
+app.add_typer(tasks.app, name="tasks")
+app.add_typer(sandbox.app, name="sandbox")
+app.add_typer(model.app, name="model")
+app.add_typer(engine.app, name="engine")
+app.command("serve")(serve.serve)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,45 @@
+"""Settings, read once at start-up by ``load_settings()``; never at import time.
+
+Each field has an environment variable ``MINDFORGE_<FIELD>``. Library code
+takes a ``Settings`` (or the one value it needs) as an argument; only entry
+points (CLI, flows, scripts) call ``load_settings()``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+
+def _default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mindforge"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cache_dir: Path = _default_cache()
+    # sandbox
+    docker_host: str | None = None  # None: the docker SDK's own default (DOCKER_HOST or the socket)
+    sandbox_pool_size: int = 2
+    # serving
+    engine_url: str | None = None  # an engine already running; None: start the embedded one
+    api_key: str | None = None
+
+    @property
+    def models_dir(self) -> Path:
+        return self.cache_dir / "models"
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    for name in Settings.model_fields:
+        key = f"MINDFORGE_{name.upper()}"
+        if key in env:
+            values[name] = env[key]
+    return Settings(**values)

@@ -1,0 +1,57 @@
+"""JSONL reading and writing of tasks, with errors that name file:line and field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mindforge.errors import InputError, pydantic_problems
+from mindforge.store import atomic_write_text
+from mindforge.tasks.models import Task
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def iter_jsonl(path: Path, model: type[M]) -> Iterator[tuple[int, M]]:
+    """Yield (line number, validated model) per non-blank line; a bad line raises InputError."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(str(path), f"{lineno}", f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+            try:
+                yield lineno, model.model_validate(obj)
+            except ValidationError as exc:
+                pointer, msg = pydantic_problems(exc)[0]
+                raise InputError(str(path), f"{lineno}", f"field {pointer}: {msg}") from None
+
+
+def load_tasks(*paths: Path) -> list[Task]:
+    """Tasks from JSONL files or folders of them; ids must be unique across all."""
+    tasks: list[Task] = []
+    seen: dict[str, str] = {}
+    for p in paths:
+        p = Path(p)
+        files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+        for f in files:
+            for lineno, task in iter_jsonl(f, Task):
+                if task.id in seen:
+                    raise InputError(str(f), str(lineno), f"duplicate task {task.id} (first in {seen[task.id]})")
+                seen[task.id] = f"{f}"
+                tasks.append(task)
+    return tasks
+
+
+def dump_jsonl(models: Iterable[BaseModel], path: Path) -> int:
+    """Write models as JSON lines atomically; returns the count."""
+    lines = [m.model_dump_json() for m in models]
+    atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
+    return len(lines)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Sets up everything MindForge needs on this machine. Idempotent: each step
+# checks whether it is already done, so a second run takes seconds.
+#   - .venv with torch==2.13.0 first (the CPU build on this machine's disk;
+#     any other torch request would download several GB of CUDA wheels)
+#   - the package with its dev extra
+#   - the Docker engine (Debian docker.io), dockerd started when not running
+#   - Prefect telemetry off
+#   - the sandbox image and the default model (when those commands exist)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+VENV=$ROOT/.venv
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. virtual environment
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+fi
+if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+  say "installing torch==2.13.0 (CPU build)"
+  "$VENV/bin/pip" install -q torch==2.13.0
+fi
+stamp=$VENV/.mindforge-deps
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing mindforge[dev]"
+  "$VENV/bin/pip" install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+
+# 2. Prefect: no telemetry, ever
+export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
+if ! "$VENV/bin/prefect" config view 2>/dev/null | grep -q 'PREFECT_SERVER_ANALYTICS_ENABLED=.False'; then
+  "$VENV/bin/prefect" config set PREFECT_SERVER_ANALYTICS_ENABLED=false >/dev/null
+fi
+
+# 3. Docker engine
+docker_ok() { docker info >/dev/null 2>&1; }
+if ! docker_ok; then
+  if [ "$(id -u)" != 0 ]; then
+    say "Docker engine is not reachable and you are not root."
+    say "Install and start it yourself (Debian: sudo apt-get install docker.io && sudo systemctl start docker),"
+    say "then add yourself to the docker group, and run 'make setup' again."
+    exit 1
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    say "installing Debian's docker.io"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null
+  fi
+  if ! pgrep -x dockerd >/dev/null; then
+    # After an unclean stop dockerd refuses to start while a stale pid file exists.
+    rm -f /var/run/docker.pid
+    say "starting dockerd (log: /var/log/mindforge-dockerd.log)"
+    nohup dockerd >/var/log/mindforge-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 60); do docker_ok && break; sleep 1; done
+  docker_ok || { say "dockerd did not come up; see /var/log/mindforge-dockerd.log"; exit 1; }
+fi
+say "docker: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+# 4. sandbox image and default model, once their commands exist
+MF=$VENV/bin/mindforge
+if "$MF" sandbox --help 2>/dev/null | grep -q ' build '; then
+  "$MF" sandbox build
+fi
+if "$MF" model --help 2>/dev/null | grep -q ' pull '; then
+  "$MF" model pull
+fi
+say "ready"
