@@ -207,7 +207,9 @@ class HCP(_Frozen):
     def _system_routes(cls, v: dict[str, str]) -> dict[str, str]:
         missing = [r for r in ROUTES if r not in v]
         if missing:
-            raise ValueError(f"system must have an entry for every route; missing {', '.join(missing)}")
+            raise ValueError(
+                f"system must have an entry for every route; missing {', '.join(missing)}"
+            )
         return {r: v[r] for r in ROUTES}
 
     @model_validator(mode="after")
@@ -253,7 +255,9 @@ class HCP(_Frozen):
         return tuple(s for s in self.skills if s.enabled and (not s.routes or route in s.routes))
 
     def hooks_for(self, event: str, route: str) -> tuple[Hook, ...]:
-        return tuple(h for h in self.hooks if h.event == event and (not h.routes or route in h.routes))
+        return tuple(
+            h for h in self.hooks if h.event == event and (not h.routes or route in h.routes)
+        )
 
     def route_for_adapter(self, name: str) -> str | None:
         """The route whose adapter or served adapter is ``name``, if any."""

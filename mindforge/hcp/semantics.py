@@ -31,7 +31,12 @@ def _unique_adapters(doc: dict[str, Any]) -> list[tuple[str, str]]:
         dup = _duplicates([routes[r][field] for r in sorted(routes)])
         for r in sorted(routes):
             if routes[r][field] in dup:
-                out.append((f"/router/routes/{r}/{field}", f"{field} {routes[r][field]!r} is used by more than one route; expected unique names"))
+                out.append(
+                    (
+                        f"/router/routes/{r}/{field}",
+                        f"{field} {routes[r][field]!r} is used by more than one route; expected unique names",
+                    )
+                )
     return out
 
 
@@ -68,7 +73,12 @@ def _tunables(doc: dict[str, Any]) -> list[tuple[str, str]]:
         if t["min"] > t["max"]:
             out.append((f"{where}/min", f"min {t['min']} is greater than max {t['max']}"))
         elif not t["min"] <= value <= t["max"]:
-            out.append((f"{where}", f"current value {value} of {t['path']} is outside [{t['min']}, {t['max']}]"))
+            out.append(
+                (
+                    f"{where}",
+                    f"current value {value} of {t['path']} is outside [{t['min']}, {t['max']}]",
+                )
+            )
     return out
 
 

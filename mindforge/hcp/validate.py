@@ -91,15 +91,23 @@ def _schema_problems(error: Any) -> list[tuple[str, str]]:
     where = pointer(error.absolute_path)
     kind, expected, value = error.validator, error.validator_value, error.instance
     if kind == "required":
-        missing = [k for k in expected if isinstance(value, dict) and k not in value and repr(k) in error.message]
+        missing = [
+            k
+            for k in expected
+            if isinstance(value, dict) and k not in value and repr(k) in error.message
+        ]
         return [(f"{where}/{k}", "missing; this property is required") for k in missing]
     if kind == "additionalProperties":
         known = set(error.schema.get("properties", {}))
         extra = sorted(k for k in value if k not in known)
         expected_keys = ", ".join(sorted(known))
-        return [(f"{where}/{k}", f"unknown property; expected one of: {expected_keys}") for k in extra]
+        return [
+            (f"{where}/{k}", f"unknown property; expected one of: {expected_keys}") for k in extra
+        ]
     messages = {
-        "type": lambda: f"expected {expected if isinstance(expected, str) else ' or '.join(expected)}, got {_json_type(value)} {_short(value)}",
+        "type": lambda: (
+            f"expected {expected if isinstance(expected, str) else ' or '.join(expected)}, got {_json_type(value)} {_short(value)}"
+        ),
         "enum": lambda: f"expected one of {', '.join(map(str, expected))}, got {_short(value)}",
         "const": lambda: f"expected {_short(expected)}, got {_short(value)}",
         "pattern": lambda: _pattern_message(expected, value),
@@ -107,7 +115,11 @@ def _schema_problems(error: Any) -> list[tuple[str, str]]:
         "maximum": lambda: f"expected a number <= {expected}, got {value}",
         "exclusiveMinimum": lambda: f"expected a number > {expected}, got {value}",
         "exclusiveMaximum": lambda: f"expected a number < {expected}, got {value}",
-        "minLength": lambda: "expected a non-empty string" if expected == 1 else f"expected at least {expected} characters",
+        "minLength": lambda: (
+            "expected a non-empty string"
+            if expected == 1
+            else f"expected at least {expected} characters"
+        ),
         "maxItems": lambda: f"expected at most {expected} items, got {len(value)}",
         "uniqueItems": lambda: "expected unique items",
     }
@@ -124,7 +136,10 @@ def _pattern_message(pattern: str, value: Any) -> str:
 
 def validate_document(doc: Any, source: str = "<document>") -> list[InputError]:
     """Every problem of a parsed document, in a stable order; empty when valid."""
-    errors = sorted(schema_validator().iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    errors = sorted(
+        schema_validator().iter_errors(doc),
+        key=lambda e: (list(map(str, e.absolute_path)), e.validator),
+    )
     problems = [p for e in errors for p in _schema_problems(e)]
     if not problems:
         problems = semantic_problems(doc)
@@ -156,7 +171,9 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(str(path), f"line {exc.lineno} column {exc.colno}", f"not JSON: {exc.msg}") from None
+        raise InputError(
+            str(path), f"line {exc.lineno} column {exc.colno}", f"not JSON: {exc.msg}"
+        ) from None
 
 
 def load_hcp(path: str | Path) -> HCP:
