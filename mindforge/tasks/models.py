@@ -122,7 +122,7 @@ class Task(_ContentAddressed):
 
     def content(self) -> dict[str, Any]:
         """What defines the task (provenance excluded): the input of its id."""
-        return self.model_dump(mode="json", exclude={"provenance"})
+        return self.model_dump(mode="json", exclude={"provenance", "id"})
 
     @computed_field  # type: ignore[prop-decorator]
     @property
