@@ -98,10 +98,20 @@ def apply_patch(doc: dict[str, Any], ops: Any, source: str = "<patch>") -> dict[
     guarded: list[InputError] = list(guarded_violations(ops, source))
     if guarded:
         raise DocumentErrors(source, guarded)
-    try:
-        result = jsonpatch.JsonPatch(copy.deepcopy(ops)).apply(copy.deepcopy(doc))
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
-        raise DocumentErrors(source, [InputError(source, "", f"cannot apply: {exc}")]) from None
+    result = copy.deepcopy(doc)
+    for i, op in enumerate(copy.deepcopy(ops)):
+        # One at a time, so that a failure names the operation (RFC 6902: all or nothing).
+        try:
+            result = jsonpatch.JsonPatch([op]).apply(result, in_place=True)
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+            raise DocumentErrors(
+                source,
+                [
+                    InputError(
+                        source, f"/{i}", f"cannot apply '{op['op']}' to {op['path'] or '/'}: {exc}"
+                    )
+                ],
+            ) from None
     errors = validate_document(result, f"{source} (patched document)")
     if errors:
         raise DocumentErrors(source, errors)

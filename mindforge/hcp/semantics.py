@@ -70,6 +70,13 @@ def _tunables(doc: dict[str, Any]) -> list[tuple[str, str]]:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             out.append((f"{where}/path", f"{t['path']} is not a number"))
             continue
+        if t["integer"] and not all(float(x).is_integer() for x in (t["min"], t["max"], value)):
+            out.append(
+                (
+                    f"{where}/integer",
+                    f"integer range, but min, max or the value of {t['path']} is not a whole number",
+                )
+            )
         if t["min"] > t["max"]:
             out.append((f"{where}/min", f"min {t['min']} is greater than max {t['max']}"))
         elif not t["min"] <= value <= t["max"]:

@@ -88,7 +88,8 @@ def _json_type(value: Any) -> str:
 
 def _schema_problems(error: Any) -> list[tuple[str, str]]:
     """(pointer, message) pairs for one jsonschema error."""
-    where = pointer(error.absolute_path)
+    base = pointer(error.absolute_path)
+    where = base or "/"
     kind, expected, value = error.validator, error.validator_value, error.instance
     if kind == "required":
         missing = [
@@ -96,13 +97,13 @@ def _schema_problems(error: Any) -> list[tuple[str, str]]:
             for k in expected
             if isinstance(value, dict) and k not in value and repr(k) in error.message
         ]
-        return [(f"{where}/{k}", "missing; this property is required") for k in missing]
+        return [(f"{base}/{k}", "missing; this property is required") for k in missing]
     if kind == "additionalProperties":
         known = set(error.schema.get("properties", {}))
         extra = sorted(k for k in value if k not in known)
         expected_keys = ", ".join(sorted(known))
         return [
-            (f"{where}/{k}", f"unknown property; expected one of: {expected_keys}") for k in extra
+            (f"{base}/{k}", f"unknown property; expected one of: {expected_keys}") for k in extra
         ]
     messages = {
         "type": lambda: (
