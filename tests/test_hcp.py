@@ -29,7 +29,7 @@ from mindforge.hcp import (
     validate_document,
 )
 from mindforge.hcp.diff import changed_pointers, diff_documents
-from mindforge.hcp.patch import apply_patch, guarded_violations
+from mindforge.hcp.patch import apply_patch, guarded_violations, served_adapter_patch
 from mindforge.hcp.validate import schema_validator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -321,3 +321,16 @@ def test_changed_pointers_escapes_and_types() -> None:
     assert changed_pointers({"x": 1}, {"x": True}) == ["/x"]
     assert changed_pointers({"x": 1}, {"x": 1.0}) == ["/x"]  # callers canonicalise first
     assert changed_pointers(1, 2) == ["/"]
+
+
+def test_duplicate_keys_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dup.json"
+    path.write_text('{"name": "a", "name": "b"}')
+    with pytest.raises(InputError, match="'name' appears twice"):
+        read_json(path)
+
+
+def test_served_adapter_patch() -> None:
+    new = apply_patch(DEFAULT, served_adapter_patch("L2", "mf-L2-v0001"))
+    assert parse_hcp(new).served_adapter("L2") == "mf-L2-v0001"
+    assert diff_documents(DEFAULT, new).paths == ("/router/routes/L2/served_adapter",)

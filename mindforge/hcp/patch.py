@@ -116,3 +116,10 @@ def apply_patch(doc: dict[str, Any], ops: Any, source: str = "<patch>") -> dict[
     if errors:
         raise DocumentErrors(source, errors)
     return result
+
+
+def served_adapter_patch(route: str, served_adapter: str) -> list[dict[str, Any]]:
+    """The edit the Update stage makes when a route's adapter gets new weights."""
+    return [
+        {"op": "replace", "path": f"/router/routes/{route}/served_adapter", "value": served_adapter}
+    ]

@@ -83,7 +83,8 @@ def _json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _schema_problems(error: Any) -> list[tuple[str, str]]:
@@ -160,6 +161,21 @@ def parse_hcp(doc: Any, source: str = "<document>") -> HCP:
     return HCP.from_document(doc)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of duplicate keys silently; an HCP that is hashed,
+    # diffed and reviewed must not hide a second value.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def read_json(path: str | Path) -> Any:
     """A JSON file's content; InputError naming line and column when it is not JSON."""
     path = Path(path)
@@ -170,11 +186,13 @@ def read_json(path: str | Path) -> Any:
     except UnicodeDecodeError as exc:
         raise InputError(str(path), f"byte {exc.start}", "not UTF-8 text") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
-        raise InputError(
-            str(path), f"line {exc.lineno} column {exc.colno}", f"not JSON: {exc.msg}"
-        ) from None
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise InputError(str(path), where, f"not JSON: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        problem = f"key {exc.args[0]!r} appears twice in one object; a document must say one thing"
+        raise InputError(str(path), "", problem) from None
 
 
 def load_hcp(path: str | Path) -> HCP:
