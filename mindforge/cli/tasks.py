@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -15,13 +16,14 @@ from mindforge.tasks.models import Task
 from mindforge.tasks.seeds import family_counts, static_problems
 
 app = typer.Typer(help="Import, validate and inspect task files (JSONL).", no_args_is_help=True)
+PATHS = typer.Argument(help="JSONL files or folders of them.", show_default=False)
 
 
 @app.command("import-mbpp")
 @user_errors()
 def import_mbpp_cmd(
-    src: Path = typer.Argument(..., help="MBPP JSON file (a list of records, e.g. sanitized-mbpp.json)."),
-    out: Path = typer.Option(..., "-o", "--out", help="JSONL file to write (atomically)."),
+    src: Annotated[Path, typer.Argument(help="MBPP JSON file (a list of records).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="JSONL file to write (atomically).")],
 ) -> None:
     """Convert MBPP records into L2 function tasks."""
     n = import_mbpp(src, out)
@@ -29,7 +31,7 @@ def import_mbpp_cmd(
 
 
 @app.command("validate")
-def validate(paths: list[Path] = typer.Argument(..., help="JSONL files or folders of them.")) -> None:
+def validate(paths: Annotated[list[Path], PATHS]) -> None:
     """Check task files: schema, ids, compilable code, entry points, leaks. Exit 2 on any error."""
     errors = 0
     seen: dict[str, str] = {}
@@ -43,7 +45,10 @@ def validate(paths: list[Path] = typer.Argument(..., help="JSONL files or folder
                     typer.echo(f"error: {where}: {task.id}: {problem}", err=True)
                     errors += 1
                 if task.id in seen:
-                    typer.echo(f"error: {where}: duplicate task {task.id} (first at {seen[task.id]})", err=True)
+                    typer.echo(
+                        f"error: {where}: duplicate task {task.id} (first at {seen[task.id]})",
+                        err=True,
+                    )
                     errors += 1
                 seen.setdefault(task.id, where)
         except InputError as exc:
@@ -62,7 +67,7 @@ def validate(paths: list[Path] = typer.Argument(..., help="JSONL files or folder
 
 @app.command("stats")
 @user_errors()
-def stats(paths: list[Path] = typer.Argument(..., help="JSONL files or folders of them.")) -> None:
+def stats(paths: Annotated[list[Path], PATHS]) -> None:
     """Count tasks by family and difficulty, and by source."""
     tasks = _load(paths)
     counts = family_counts(tasks)
@@ -80,9 +85,13 @@ def stats(paths: list[Path] = typer.Argument(..., help="JSONL files or folders o
 @app.command("show")
 @user_errors()
 def show(
-    paths: list[Path] = typer.Argument(..., help="JSONL files or folders of them."),
-    task_id: str | None = typer.Option(None, "--id", help="Print this task (a unique id prefix is enough)."),
-    solver: bool = typer.Option(False, "--solver", help="Print only what the solver sees."),
+    paths: Annotated[list[Path], PATHS],
+    task_id: Annotated[
+        str | None, typer.Option("--id", help="Print this task (a unique id prefix is enough).")
+    ] = None,
+    solver: Annotated[
+        bool, typer.Option("--solver", help="Print only what the solver sees.")
+    ] = False,
 ) -> None:
     """List tasks one a line, or print one task as JSON."""
     tasks = _load(paths)
@@ -90,7 +99,9 @@ def show(
         for t in tasks:
             level = t.provenance.difficulty or "-"
             head = t.prompt.splitlines()[0][:70]
-            typer.echo(f"{t.id}  {t.family}  d{level}  {t.entry_point or t.output_kind:<24}  {head}")
+            typer.echo(
+                f"{t.id}  {t.family}  d{level}  {t.entry_point or t.output_kind:<24}  {head}"
+            )
         return
     matches = [t for t in tasks if t.id.startswith(task_id)]
     if len(matches) != 1:
@@ -105,7 +116,9 @@ def _load(paths: list[Path]) -> list[Task]:
     try:
         return load_tasks(*paths)
     except OSError as exc:
-        raise InputError(str(exc.filename or paths[0]), "", f"cannot read: {exc.strerror or exc}") from None
+        raise InputError(
+            str(exc.filename or paths[0]), "", f"cannot read: {exc.strerror or exc}"
+        ) from None
 
 
 def _expand(paths: list[Path]) -> list[Path]:

@@ -42,7 +42,9 @@ def load_mbpp(src: Path) -> list[Task]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(str(src), f"{exc.lineno}:{exc.colno}", f"not valid JSON: {exc.msg}") from None
+        raise InputError(
+            str(src), f"{exc.lineno}:{exc.colno}", f"not valid JSON: {exc.msg}"
+        ) from None
     return convert_records(data, str(src))
 
 
@@ -65,7 +67,9 @@ def convert_records(data: Any, source: str) -> list[Task]:
         task = convert_record(record, source, f"[{i}]")
         task_id = task.provenance.extra["task_id"]
         if task_id in seen_ids:
-            raise InputError(source, f"[{i}].task_id", f"task_id {task_id} already used at [{seen_ids[task_id]}]")
+            raise InputError(
+                source, f"[{i}].task_id", f"task_id {task_id} already used at [{seen_ids[task_id]}]"
+            )
         if task.id in seen_tasks:
             raise InputError(source, f"[{i}]", f"same task as [{seen_tasks[task.id]}]")
         seen_ids[task_id] = i
@@ -92,8 +96,13 @@ def convert_record(record: Any, source: str, where: str) -> Task:
         prompt=f"{prompt}\n\nWrite a Python function `{signature(defs[entry])}`.",
         output_kind="function",
         entry_point=entry,
-        tests=tuple(CheckerTest(name=f"mbpp-{task_id}-{n}", code=line.strip()) for n, line in enumerate(asserts, 1)),
-        setup="\n".join(dict.fromkeys([line.strip() for line in imports] + _imports_tests_borrow(code, asserts))),
+        tests=tuple(
+            CheckerTest(name=f"mbpp-{task_id}-{n}", code=line.strip())
+            for n, line in enumerate(asserts, 1)
+        ),
+        setup="\n".join(
+            dict.fromkeys([line.strip() for line in imports] + _imports_tests_borrow(code, asserts))
+        ),
         reference=code,
         provenance=Provenance(source="mbpp", extra={"task_id": task_id}),
     )
@@ -107,7 +116,9 @@ def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     return text
 
 
-def _entry_point(asserts: list[str], defs: dict[str, ast.FunctionDef], source: str, where: str) -> str:
+def _entry_point(
+    asserts: list[str], defs: dict[str, ast.FunctionDef], source: str, where: str
+) -> str:
     """The defined function the asserts call: one called by every assert, else the first called.
 
     Within an assert the outermost call comes first (``ast.walk`` is breadth-first),
@@ -125,7 +136,9 @@ def _entry_point(asserts: list[str], defs: dict[str, ast.FunctionDef], source: s
         called = [
             node.func.id
             for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defs
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in defs
         ]
         called_per_assert.append(list(dict.fromkeys(called)))
     ordered = list(dict.fromkeys(name for names in called_per_assert for name in names))
@@ -165,8 +178,14 @@ def _top_level_functions(code: str, source: str, where: str) -> dict[str, ast.Fu
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
-        raise InputError(source, where, f"not valid Python (line {exc.lineno}): {exc.msg}") from None
-    return {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        raise InputError(
+            source, where, f"not valid Python (line {exc.lineno}): {exc.msg}"
+        ) from None
+    return {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
 
 
 def _field(record: dict[str, Any], key: str, kind: type, source: str, where: str) -> Any:
@@ -179,22 +198,36 @@ def _field(record: dict[str, Any], key: str, kind: type, source: str, where: str
     return value
 
 
-def _str_list(record: dict[str, Any], key: str, source: str, where: str, allow_empty: bool) -> list[str]:
+def _str_list(
+    record: dict[str, Any], key: str, source: str, where: str, allow_empty: bool
+) -> list[str]:
     if key not in record:
         raise InputError(source, f"{where}.{key}", "missing (expected a list of strings)")
     value = record[key]
     if not isinstance(value, list):
-        raise InputError(source, f"{where}.{key}", f"expected a list of strings, got {_kind(value)}")
+        raise InputError(
+            source, f"{where}.{key}", f"expected a list of strings, got {_kind(value)}"
+        )
     if not value and not allow_empty:
-        raise InputError(source, f"{where}.{key}", "expected at least one assert line, got an empty list")
+        raise InputError(
+            source, f"{where}.{key}", "expected at least one assert line, got an empty list"
+        )
     for n, item in enumerate(value):
         if not isinstance(item, str) or not item.strip():
-            raise InputError(source, f"{where}.{key}[{n}]", f"expected a non-empty string, got {_kind(item)}")
+            raise InputError(
+                source, f"{where}.{key}[{n}]", f"expected a non-empty string, got {_kind(item)}"
+            )
     return value
 
 
 def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    names = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }
     if isinstance(value, str):
         return "an empty string" if not value.strip() else "a string"
     return names.get(type(value), type(value).__name__)

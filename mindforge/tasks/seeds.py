@@ -44,7 +44,9 @@ def static_problems(task: Task) -> list[str]:
         ref_problems = _compile_problems(task.reference, "reference")
         problems += ref_problems
         if not ref_problems and task.entry_point not in top_level_names(task.reference):
-            problems.append(f"reference does not define the entry point {task.entry_point!r} at top level")
+            problems.append(
+                f"reference does not define the entry point {task.entry_point!r} at top level"
+            )
     leaks = leaked_reference_lines(task)
     if leaks:
         problems.append(f"prompt contains reference text: {leaks[0]!r}")
@@ -63,7 +65,11 @@ def leaked_reference_lines(task: Task) -> list[str]:
     leaks = []
     for line in task.reference.splitlines():
         line = line.strip()
-        if len(line) >= _LEAK_MIN_CHARS and not line.startswith(_LEAK_EXEMPT_PREFIXES) and line in task.prompt:
+        if (
+            len(line) >= _LEAK_MIN_CHARS
+            and not line.startswith(_LEAK_EXEMPT_PREFIXES)
+            and line in task.prompt
+        ):
             leaks.append(line)
     return leaks
 
