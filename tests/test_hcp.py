@@ -30,6 +30,7 @@ from mindforge.hcp import (
 )
 from mindforge.hcp.diff import changed_pointers, diff_documents
 from mindforge.hcp.patch import apply_patch, guarded_violations, served_adapter_patch
+from mindforge.hcp.semantics import semantic_problems
 from mindforge.hcp.validate import schema_validator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def make(patch: list) -> object:
 
 
 def schema_ok(doc: object) -> bool:
-    return not list(schema_validator().iter_errors(doc))
+    return schema_validator().is_valid(doc)
 
 
 def pydantic_result(doc: object) -> tuple[bool, list[str]]:
@@ -334,3 +335,52 @@ def test_served_adapter_patch() -> None:
     new = apply_patch(DEFAULT, served_adapter_patch("L2", "mf-L2-v0001"))
     assert parse_hcp(new).served_adapter("L2") == "mf-L2-v0001"
     assert diff_documents(DEFAULT, new).paths == ("/router/routes/L2/served_adapter",)
+
+
+_DELETE = object()
+
+
+def _leaves(obj: object, at: tuple = ()):
+    if at:
+        yield at
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, (*at, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, (*at, i))
+
+
+def test_schema_and_models_agree_on_every_single_field_mutation() -> None:
+    """Each field of a document set to values of every JSON type, or deleted:
+    JSON Schema (plus the semantic rules) and pydantic must give the same verdict."""
+    base = make(
+        [
+            {
+                "op": "add",
+                "path": "/tools/-",
+                "value": {
+                    "type": "function",
+                    "function": {"name": "t", "description": "", "parameters": {"type": "object"}},
+                },
+            }
+        ]
+    )
+    values = [None, "x", "", -1, 0, 1.5, True, [], {}, ["L0"], _DELETE]
+    disagreements, checked = [], 0
+    for path in list(_leaves(base)):
+        for value in values:
+            doc = json.loads(json.dumps(base))
+            parent = doc
+            for key in path[:-1]:
+                parent = parent[key]
+            if value is _DELETE:
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = value
+            s_ok = schema_ok(doc) and not semantic_problems(doc)
+            p_ok = pydantic_result(doc)[0]
+            checked += 1
+            if s_ok != p_ok:
+                disagreements.append((path, value, s_ok, p_ok))
+    assert checked > 1000 and not disagreements, disagreements[:10]
