@@ -384,3 +384,7 @@ def test_schema_and_models_agree_on_every_single_field_mutation() -> None:
             if s_ok != p_ok:
                 disagreements.append((path, value, s_ok, p_ok))
     assert checked > 1000 and not disagreements, disagreements[:10]
+
+
+def test_model_validate_on_a_plain_dict_matches_from_document() -> None:
+    assert HCP.model_validate(DEFAULT) == HCP.from_document(DEFAULT)

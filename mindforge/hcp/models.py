@@ -43,8 +43,9 @@ POINTER_PATTERN = r"^(/[^/]+)+$"
 
 
 class _Frozen(BaseModel):
-    # Strict: "1" is not a number and 1 is not a bool, as in JSON Schema. Build
-    # models with ``HCP.from_document`` (JSON mode), where arrays become tuples.
+    # Strict: "1" is not a number and 1 is not a bool, as in JSON Schema. Array
+    # fields relax only the container (a list becomes a tuple), not the items.
+    # ``HCP.from_document`` also accepts 4.0 for an integer, as JSON Schema does.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
@@ -80,19 +81,29 @@ class Router(_Frozen):
         return {r: v[r] for r in ROUTES}
 
 
+def _unique_routes(v: tuple[str, ...]) -> tuple[str, ...]:
+    if len(set(v)) != len(v):
+        raise ValueError("routes must be unique")
+    return v
+
+
 class Skill(_Frozen):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field(min_length=1)
     body: str = Field(min_length=1)
     enabled: bool
-    routes: tuple[Route, ...] = Field(max_length=4)
+    routes: tuple[Route, ...] = Field(max_length=4, strict=False)
+
+    _routes = field_validator("routes")(_unique_routes)
 
 
 class Hook(_Frozen):
     event: HookEvent
     action: HookAction
     text: str = Field(min_length=1)
-    routes: tuple[Route, ...] = Field(max_length=4)
+    routes: tuple[Route, ...] = Field(max_length=4, strict=False)
+
+    _routes = field_validator("routes")(_unique_routes)
 
 
 class FunctionDef(_Frozen):
@@ -119,7 +130,7 @@ class Sampling(_Frozen):
     temperature: float = Field(ge=0.0, le=2.0)
     top_p: float = Field(gt=0.0, le=1.0)
     max_tokens: int = Field(ge=1, le=32768)
-    stop: tuple[str, ...] = Field(max_length=8)
+    stop: tuple[str, ...] = Field(max_length=8, strict=False)
 
     @field_validator("stop")
     @classmethod
@@ -192,14 +203,14 @@ class HCP(_Frozen):
     description: str
     router: Router
     agents_md: str
-    skills: tuple[Skill, ...]
-    hooks: tuple[Hook, ...]
+    skills: tuple[Skill, ...] = Field(strict=False)
+    hooks: tuple[Hook, ...] = Field(strict=False)
     system: dict[Route, str]
-    tools: tuple[Tool, ...]
+    tools: tuple[Tool, ...] = Field(strict=False)
     provider: Provider
     prompts: RolePrompts
     limits: Limits
-    tunable: tuple[TunableRange, ...]
+    tunable: tuple[TunableRange, ...] = Field(strict=False)
     guarded: Guarded
 
     @field_validator("system")
