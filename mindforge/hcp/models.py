@@ -16,7 +16,7 @@ document with both and checks they agree). Invariants:
   ``semantic_problems``, which both ``HCP`` and ``validate_document`` call, so
   an ``HCP`` instance is always a fully valid document.
 
-This module imports nothing internal besides ``mindforge.errors`` (core leaf).
+This module imports only the leaf modules ``canonical`` and ``semantics``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from mindforge.hcp.canonical import canonical_json
+from mindforge.hcp.semantics import semantic_problems
 
 FORMAT = "mindforge.hcp/1"
 Route = Literal["L0", "L1", "L2", "L3"]
@@ -225,8 +228,6 @@ class HCP(_Frozen):
 
     @model_validator(mode="after")
     def _semantics(self) -> HCP:
-        from mindforge.hcp.semantics import semantic_problems
-
         problems = semantic_problems(self.model_dump(mode="json"))
         if problems:
             raise ValueError("; ".join(f"{p}: {m}" for p, m in problems))
@@ -239,8 +240,6 @@ class HCP(_Frozen):
         Goes through canonical JSON so that strict mode sees JSON types
         (arrays, integral numbers) exactly as JSON Schema does.
         """
-        from mindforge.hcp.canonical import canonical_json
-
         return cls.model_validate_json(canonical_json(doc))
 
     # Convenience views for the harness, trainer and stages.
