@@ -36,33 +36,33 @@ def validate(paths: Annotated[list[Path], PATHS]) -> None:
     errors = 0
     seen: dict[str, str] = {}
     for file in _expand(paths):
-        count = 0
-        try:
-            for lineno, task in iter_jsonl(file, Task):
-                count += 1
-                where = f"{file}:{lineno}"
-                for problem in static_problems(task):
-                    typer.echo(f"error: {where}: {task.id}: {problem}", err=True)
-                    errors += 1
-                if task.id in seen:
-                    typer.echo(
-                        f"error: {where}: duplicate task {task.id} (first at {seen[task.id]})",
-                        err=True,
-                    )
-                    errors += 1
-                seen.setdefault(task.id, where)
-        except InputError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            errors += 1
-            continue
-        except OSError as exc:
-            typer.echo(f"error: {file}: cannot read: {exc.strerror or exc}", err=True)
-            errors += 1
-            continue
-        typer.echo(f"ok {file}: {count} tasks")
+        count, problems = _file_problems(file, seen)
+        for line in problems:
+            typer.echo(f"error: {line}", err=True)
+        errors += len(problems)
+        if not problems:
+            typer.echo(f"ok {file}: {count} tasks")
     if errors:
         typer.echo(f"{errors} error(s)", err=True)
         raise typer.Exit(2)
+
+
+def _file_problems(file: Path, seen: dict[str, str]) -> tuple[int, list[str]]:
+    """(tasks read, problems as 'file:line: ...'); ``seen`` maps ids to where first seen."""
+    count, problems = 0, []
+    try:
+        for lineno, task in iter_jsonl(file, Task):
+            count += 1
+            where = f"{file}:{lineno}"
+            problems += [f"{where}: {task.id}: {p}" for p in static_problems(task)]
+            if task.id in seen:
+                problems.append(f"{where}: duplicate task {task.id} (first at {seen[task.id]})")
+            seen.setdefault(task.id, where)
+    except InputError as exc:
+        problems.append(str(exc))  # reading stops at the first malformed line
+    except OSError as exc:
+        problems.append(f"{file}: cannot read: {exc.strerror or exc}")
+    return count, problems
 
 
 @app.command("stats")
