@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mindforge.errors import InputError, pydantic_problems
+from mindforge.errors import InputError, MindForgeError, pydantic_problems
 from mindforge.hcp.models import HCP
 from mindforge.hcp.semantics import semantic_problems
 
@@ -56,6 +56,10 @@ def schema_validator() -> Any:
     from jsonschema import Draft202012Validator
     from referencing import Registry, Resource
 
+    if not (schema_dir() / SCHEMA_FILE).is_file():
+        raise MindForgeError(
+            f"HCP schemas not found in {schema_dir()}; install MindForge from a source checkout (pip install -e .)"
+        )
     resources = []
     for path in sorted(schema_dir().glob("*.schema.json")):
         contents = json.loads(path.read_text(encoding="utf-8"))
