@@ -7,10 +7,13 @@ Public API (import from here)::
     validate_document(doc, source) -> list[InputError]
     canonical_json(doc) -> str; pretty_json(doc) -> str; hcp_hash(doc) -> "h-<16 hex>"
     apply_patch(doc, ops, source) -> dict  RFC 6902, /guarded refused, result re-validated
-    diff_documents(a, b) -> HCPDiff         changed pointers + unified diff of pretty text
+    diff_documents(a, b, a_name, b_name) -> HCPDiff   changed pointers + unified diff
+    served_adapter_patch(route, name) -> list[op]     the edit Update makes
+    import_mol_profile(dir, model_name=, base_model=, template=, default_route=) -> dict
 """
 
 from mindforge.hcp.canonical import canonical_json, hcp_hash, pretty_json
+from mindforge.hcp.diff import HCPDiff, changed_pointers, diff_documents
 from mindforge.hcp.models import (
     FORMAT,
     HCP,
@@ -27,6 +30,9 @@ from mindforge.hcp.models import (
     Tool,
     TunableRange,
 )
+from mindforge.hcp.mol import import_mol_profile
+from mindforge.hcp.patch import GuardedEdit, apply_patch, guarded_violations, served_adapter_patch
+from mindforge.hcp.semantics import semantic_problems, under_guarded
 from mindforge.hcp.validate import (
     DocumentErrors,
     load_hcp,
@@ -43,6 +49,8 @@ __all__ = [
     "ROLES",
     "ROUTES",
     "DocumentErrors",
+    "GuardedEdit",
+    "HCPDiff",
     "Hook",
     "Limits",
     "Provider",
@@ -52,12 +60,20 @@ __all__ = [
     "Skill",
     "Tool",
     "TunableRange",
+    "apply_patch",
     "canonical_json",
+    "changed_pointers",
+    "diff_documents",
+    "guarded_violations",
     "hcp_hash",
+    "import_mol_profile",
     "load_hcp",
     "parse_hcp",
     "pretty_json",
     "read_json",
     "schema_dir",
+    "semantic_problems",
+    "served_adapter_patch",
+    "under_guarded",
     "validate_document",
 ]
