@@ -29,6 +29,8 @@ from mindforge.errors import InputError
 from mindforge.tasks.io import dump_jsonl
 from mindforge.tasks.models import CheckerTest, Provenance, Task
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
 
 def load_mbpp(src: Path) -> list[Task]:
     """Read an MBPP JSON file and convert every record; any bad record raises InputError."""
@@ -108,7 +110,7 @@ def convert_record(record: Any, source: str, where: str) -> Task:
     )
 
 
-def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+def signature(fn: FunctionNode) -> str:
     """``name(args) -> ret`` as written in the source (annotations and defaults kept)."""
     text = f"{fn.name}({ast.unparse(fn.args)})"
     if fn.returns is not None:
@@ -117,7 +119,7 @@ def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
 
 
 def _entry_point(
-    asserts: list[str], defs: dict[str, ast.FunctionDef], source: str, where: str
+    asserts: list[str], defs: dict[str, FunctionNode], source: str, where: str
 ) -> str:
     """The defined function the asserts call: one called by every assert, else the first called.
 
@@ -174,7 +176,7 @@ def _imports_tests_borrow(code: str, asserts: list[str]) -> list[str]:
     return borrowed
 
 
-def _top_level_functions(code: str, source: str, where: str) -> dict[str, ast.FunctionDef]:
+def _top_level_functions(code: str, source: str, where: str) -> dict[str, FunctionNode]:
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
