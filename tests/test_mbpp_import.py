@@ -102,6 +102,7 @@ def test_imports_the_tests_borrow_from_the_reference_move_into_setup() -> None:
         ([(0, "prompt", "  ")], "[0].prompt", "non-empty"),
         ([(1, "test_imports", "import math")], "[1].test_imports", "list of strings"),
         ([(1, "test_imports", [3])], "[1].test_imports[0]", "non-empty string"),
+        ([(1, "test_imports", ["import"])], "[1].test_imports[0]", "not valid Python"),
     ],
 )
 def test_bad_record_names_file_and_json_path(

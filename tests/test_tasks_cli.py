@@ -49,13 +49,16 @@ def test_validate_reports_each_problem_with_file_and_line(tmp_path: Path) -> Non
     broken.write_text(task("turn").model_dump_json() + "\n" + '{"family": "L2"\n')
     dup = tmp_path / "dup.jsonl"
     dump_jsonl([task("rev")], dup)
-    result = run("validate", good, wrong_entry, broken, dup, tmp_path / "absent.jsonl")
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00")
+    result = run("validate", good, wrong_entry, broken, dup, binary, tmp_path / "absent.jsonl")
     assert result.exit_code == 2
     err = result.stderr
     assert f"{wrong_entry}:2: " in err and "does not define the entry point 'back'" in err
     assert f"{broken}:2: not valid JSON" in err
     assert f"{dup}:1: duplicate task" in err and f"first at {good}:1" in err
     assert "absent.jsonl: cannot read" in err
+    assert f"{binary}: not UTF-8 text" in err
     assert f"ok {good}: 1 tasks" in result.stdout
     assert f"ok {wrong_entry}" not in result.stdout
 

@@ -62,6 +62,8 @@ def _file_problems(file: Path, seen: dict[str, str]) -> tuple[int, list[str]]:
         problems.append(str(exc))  # reading stops at the first malformed line
     except OSError as exc:
         problems.append(f"{file}: cannot read: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        problems.append(f"{file}: not UTF-8 text (byte {exc.start})")
     return count, problems
 
 

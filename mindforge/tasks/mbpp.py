@@ -91,6 +91,13 @@ def convert_record(record: Any, source: str, where: str) -> Task:
     asserts = _str_list(record, "test_list", source, where, allow_empty=False)
     if not prompt:
         raise InputError(source, f"{where}.prompt", "expected a non-empty string")
+    for n, line in enumerate(imports):
+        try:
+            ast.parse(line.strip())
+        except SyntaxError as exc:
+            raise InputError(
+                source, f"{where}.test_imports[{n}]", f"not valid Python: {exc.msg}"
+            ) from None
     defs = _top_level_functions(code, source, f"{where}.code")
     entry = _entry_point(asserts, defs, source, where)
     return Task(
@@ -118,9 +125,7 @@ def signature(fn: FunctionNode) -> str:
     return text
 
 
-def _entry_point(
-    asserts: list[str], defs: dict[str, FunctionNode], source: str, where: str
-) -> str:
+def _entry_point(asserts: list[str], defs: dict[str, FunctionNode], source: str, where: str) -> str:
     """The defined function the asserts call: one called by every assert, else the first called.
 
     Within an assert the outermost call comes first (``ast.walk`` is breadth-first),
