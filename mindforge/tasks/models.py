@@ -114,7 +114,7 @@ class Task(_ContentAddressed):
             raise ValueError(f"entry_point must be a Python identifier, got {v!r}")
         return v
 
-    def model_post_init(self, __context: Any) -> None:
+    def model_post_init(self, context: Any, /) -> None:
         if self.output_kind == "function" and not self.entry_point:
             raise ValueError("a 'function' task needs an entry_point")
         if self.output_kind == "tool_calls" and not (self.tools and self.tool_impl):
