@@ -29,10 +29,28 @@ class Settings(BaseModel):
     # serving
     engine_url: str | None = None  # an engine already running; None: start the embedded one
     api_key: str | None = None
+    model: str = "smollm2-135m-instruct"
+    # local services (`mindforge up`)
+    host: str = "127.0.0.1"
+    prefect_port: int = 4200
+    engine_port: int = 8400
+    proxy_port: int = 8401
 
     @property
     def models_dir(self) -> Path:
         return self.cache_dir / "models"
+
+    @property
+    def services_dir(self) -> Path:
+        return self.cache_dir / "services"
+
+    @property
+    def prefect_api_url(self) -> str:
+        return f"http://{self.host}:{self.prefect_port}/api"
+
+    @property
+    def local_engine_url(self) -> str:
+        return f"http://{self.host}:{self.engine_port}"
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
