@@ -1,0 +1,513 @@
+"""MindForge sandbox runner: judges one verification job. Standard library only.
+
+Three roles, three processes, so that nothing the candidate does can turn a
+failure into a pass:
+
+``judge`` (``runner.py JOBFILE``)
+    Reads the job (nonce, candidate, checker tests), deletes the file, makes
+    itself non-dumpable (same-uid processes can then neither read its memory
+    nor write to its file descriptors through /proc), and for each test starts
+    a fresh ``test`` process with its own timeout. It writes one record per
+    test, tagged with the nonce, to its stdout. The host believes only those
+    records; a test without a record is an error, never a pass.
+
+``test`` (``runner.py --test``)
+    Gets one test on stdin, also non-dumpable, binds the checker's names
+    (``answer``, ``html``/``dom``, ``calls``/``state``, or proxies for the
+    candidate's functions), runs setup and the test code, and reports
+    ``{"outcome", "message"}`` on stdout. It never learns the nonce.
+
+``candidate`` (``runner.py --candidate``)
+    Runs the candidate's code (function tasks only) and answers calls from
+    the test process over a pipe. Arguments and results cross as plain data
+    (see ``encode``), so an object with a forged ``__eq__``, overridden
+    builtins, ``sys.exit``/``os._exit`` or printed markers can only make a call
+    fail. Its stdout and stderr go nowhere.
+
+Tool sessions use ``runner.py --tool-call``: load ``tool_impl`` and the state
+kept in the work folder, run one call, store the state again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from html.parser import HTMLParser
+
+RUNNER = os.path.abspath(__file__)
+PY = [sys.executable, "-I", "-S"]
+MAX_RESULT_BYTES = 1 << 20
+MAX_MESSAGE = 2000
+
+
+# ---------------------------------------------------------------- plain data
+def encode(value, depth=0):
+    """Plain data to JSON with tags for what JSON lacks. Anything else is refused."""
+    if depth > 100:
+        raise TypeError("value nested too deeply")
+    if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 1 << 4096:
+            raise TypeError("integer too large")
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$f": repr(value)}
+    if isinstance(value, list):
+        return [encode(v, depth + 1) for v in value]
+    if isinstance(value, tuple):
+        return {"$t": [encode(v, depth + 1) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        tag = "$s" if isinstance(value, set) else "$fs"
+        return {tag: [encode(v, depth + 1) for v in value]}
+    if isinstance(value, dict):
+        return {"$d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"$b": bytes(value).hex()}
+    if isinstance(value, complex):
+        return {"$c": [encode(value.real), encode(value.imag)]}
+    raise TypeError(f"cannot pass a {type(value).__name__} across the sandbox boundary (plain data only)")
+
+
+def decode(value):
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) != 1:
+            raise ValueError("malformed value")
+        (tag, body), = value.items()
+        if tag == "$f":
+            return float(body)
+        if tag == "$t":
+            return tuple(decode(v) for v in body)
+        if tag == "$s":
+            return {decode(v) for v in body}
+        if tag == "$fs":
+            return frozenset(decode(v) for v in body)
+        if tag == "$d":
+            return {decode(k): decode(v) for k, v in body}
+        if tag == "$b":
+            return bytes.fromhex(body)
+        if tag == "$c":
+            return complex(decode(body[0]), decode(body[1]))
+        raise ValueError(f"unknown tag {tag}")
+    return value
+
+
+def _short(text):
+    text = str(text)
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + "...[truncated]"
+
+
+def _no_dump():
+    """Make /proc/self unreadable and unwritable for same-uid processes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001 - best effort where prctl is missing (not Linux)
+        pass
+
+
+# ---------------------------------------------------------------- html
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class Node:
+    def __init__(self, tag, attrs, parent):
+        self.tag, self.attrs, self.parent = tag, attrs, parent
+        self.children = []
+        self._parts = []  # text and child nodes, in order
+
+    def text(self):
+        out = []
+        for part in self._parts:
+            out.append(part if isinstance(part, str) else part.text())
+        return " ".join(" ".join(out).split())
+
+    def get(self, name, default=None):
+        return self.attrs.get(name.lower(), default)
+
+    def _matches(self, tag, attrs):
+        if tag is not None and self.tag != tag.lower():
+            return False
+        for name, want in attrs.items():
+            name = "class" if name == "class_" else name.lower()
+            have = self.attrs.get(name)
+            if want is True:
+                if have is None:
+                    return False
+            elif name == "class":
+                if have is None or want not in have.split():
+                    return False
+            elif have != want:
+                return False
+        return True
+
+    def find_all(self, tag=None, **attrs):
+        found = []
+        for child in self.children:
+            if child._matches(tag, attrs):
+                found.append(child)
+            found.extend(child.find_all(tag, **attrs))
+        return found
+
+    def find(self, tag=None, **attrs):
+        hits = self.find_all(tag, **attrs)
+        return hits[0] if hits else None
+
+    def __repr__(self):
+        return f"<{self.tag} {self.attrs}>"
+
+
+class _TreeBuilder(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {}, None)
+        self.cur = self.root
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag.lower(), {k.lower(): (v if v is not None else "") for k, v in attrs}, self.cur)
+        self.cur.children.append(node)
+        self.cur._parts.append(node)
+        if node.tag not in VOID:
+            self.cur = node
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag.lower() not in VOID:
+            self.cur = self.cur.parent
+
+    def handle_endtag(self, tag):
+        tag = tag.lower()
+        node = self.cur
+        while node is not self.root and node.tag != tag:
+            node = node.parent
+        if node is not self.root:  # close it and anything left open inside it
+            self.cur = node.parent
+
+    def handle_data(self, data):
+        self.cur._parts.append(data)
+
+
+def parse_html(html):
+    builder = _TreeBuilder()
+    builder.feed(html)
+    builder.close()
+    return builder.root
+
+
+# ---------------------------------------------------------------- pipes
+def _send(fh, obj):
+    data = json.dumps(obj).encode()
+    fh.write(len(data).to_bytes(4, "big") + data)
+    fh.flush()
+
+
+def _recv(fh, deadline=None):
+    head = _read_exact(fh, 4, deadline)
+    size = int.from_bytes(head, "big")
+    if size > MAX_RESULT_BYTES * 16:
+        raise RuntimeError("reply too large")
+    return json.loads(_read_exact(fh, size, deadline))
+
+
+def _read_exact(fh, n, deadline):
+    buf = b""
+    fd = fh.fileno()
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError("no answer in time")
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError("the other side closed the pipe")
+        buf += chunk
+    return buf
+
+
+# ---------------------------------------------------------------- candidate
+def candidate_main(req_fd, rep_fd):
+    """Run candidate code; read calls on ``req_fd``, answer on ``rep_fd``."""
+    req = os.fdopen(req_fd, "rb", buffering=0)
+    rep = os.fdopen(rep_fd, "wb", buffering=0)
+    source = _recv(req)["source"]
+    module = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        exec(compile(source, "solution.py", "exec"), module)
+    except BaseException as exc:  # noqa: BLE001 - a crash at import is the candidate's failure
+        _send(rep, {"ready": False, "error": _short(f"{type(exc).__name__}: {exc}")})
+        return
+    names = sorted(k for k, v in module.items() if callable(v) and not k.startswith("__"))
+    _send(rep, {"ready": True, "names": names})
+    while True:
+        try:
+            call = _recv(req)
+        except EOFError:
+            return
+        try:
+            result = module[call["name"]](*decode(call["args"]), **decode(call["kwargs"]))
+            _send(rep, {"ok": True, "value": encode(result)})
+        except BaseException as exc:  # noqa: BLE001 - reported to the test as an exception
+            _send(rep, {"ok": False, "error": _short(f"{type(exc).__name__}: {exc}")})
+
+
+class CandidateError(Exception):
+    """The candidate raised, crashed or returned something that is not plain data."""
+
+
+class Candidate:
+    """The test process's handle on a candidate process."""
+
+    def __init__(self, source, deadline):
+        self.deadline = deadline
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        self.proc = subprocess.Popen(
+            PY + [RUNNER, "--candidate", str(req_r), str(rep_w)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(req_r, rep_w), cwd=os.getcwd(),
+        )
+        os.close(req_r)
+        os.close(rep_w)
+        self.req = os.fdopen(req_w, "wb", buffering=0)
+        self.rep = os.fdopen(rep_r, "rb", buffering=0)
+        _send(self.req, {"source": source})
+        hello = self._reply()
+        if not hello.get("ready"):
+            raise CandidateError(f"candidate failed to load: {hello.get('error')}")
+        self.names = hello["names"]
+
+    def _reply(self):
+        try:
+            return _recv(self.rep, self.deadline)
+        except (EOFError, OSError) as exc:
+            raise CandidateError(f"candidate process died ({exc})") from None
+
+    def call(self, name, args, kwargs):
+        try:
+            _send(self.req, {"name": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
+        except (BrokenPipeError, OSError):
+            raise CandidateError("candidate process is gone") from None
+        reply = self._reply()
+        if not reply.get("ok"):
+            raise CandidateError(reply.get("error", "candidate call failed"))
+        return decode(reply["value"])
+
+    def proxy(self, name):
+        def call(*args, **kwargs):
+            return self.call(name, args, kwargs)
+
+        call.__name__ = name
+        return call
+
+    def close(self):
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self.proc.wait()
+
+
+# ---------------------------------------------------------------- test
+def call_tool(tools, state, name, args):
+    """One tool call; bad calls become ``{"error": ...}`` results, as a real tool API answers."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            args = None
+    if not isinstance(args, dict):
+        return {}, {"error": "arguments must be a JSON object"}
+    fn = tools.get(name) if isinstance(name, str) else None
+    if not name or name.startswith("_") or name == "init_state" or not callable(fn):
+        return args, {"error": f"unknown tool {name!r}"}
+    try:
+        return args, fn(state, **args)
+    except (ValueError, TypeError, KeyError) as exc:
+        return args, {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def load_tools(tool_impl):
+    tools = {"__name__": "tools"}
+    exec(compile(tool_impl, "tools.py", "exec"), tools)
+    return tools
+
+
+def replay_tools(tool_impl, transcript):
+    """Replay tool calls against a fresh state; results are recomputed, never trusted."""
+    tools = load_tools(tool_impl)
+    state = tools["init_state"]()
+    calls = []
+    for raw in transcript.get("calls") or []:
+        raw = raw if isinstance(raw, dict) else {}
+        args, result = call_tool(tools, state, raw.get("name"), raw.get("arguments"))
+        calls.append({"name": raw.get("name"), "arguments": args, "result": result})
+    return calls, state
+
+
+def _parse_transcript(candidate):
+    try:
+        transcript = json.loads(candidate)
+    except ValueError as exc:
+        raise CandidateError(f"candidate is not a JSON transcript: {exc}") from None
+    if not isinstance(transcript, dict) or not isinstance(transcript.get("calls", []), list):
+        raise CandidateError('candidate must be {"calls": [...], "answer": "..."}')
+    return transcript
+
+
+def test_namespace(job, deadline):
+    """Names the checker sees, by output kind; returns (namespace, candidate handle or None)."""
+    import re
+
+    ns = {"__name__": "checker", "re": re, "json": json}
+    kind, cand = job["kind"], job["candidate"]
+    handle = None
+    if kind == "function":
+        handle = Candidate(cand, deadline)
+        for name in handle.names:
+            ns[name] = handle.proxy(name)
+    elif kind == "text":
+        ns["answer"] = cand
+    elif kind == "html":
+        ns["html"] = cand
+        ns["dom"] = parse_html(cand)
+    elif kind == "tool_calls":
+        transcript = _parse_transcript(cand)
+        ns["calls"], ns["state"] = replay_tools(job["tool_impl"], transcript)
+        ns["answer"] = transcript.get("answer") if isinstance(transcript.get("answer"), str) else ""
+    else:
+        raise ValueError(f"unknown output kind {kind!r}")
+    return ns, handle
+
+
+def test_main():
+    _no_dump()
+    job = json.loads(sys.stdin.buffer.read())
+    deadline = time.monotonic() + job["timeout_s"]
+    out = os.fdopen(os.dup(1), "w")
+    handle = None
+    try:
+        ns, handle = test_namespace(job, deadline)
+        if job.get("setup"):
+            exec(compile(job["setup"], "setup.py", "exec"), ns)
+        exec(compile(job["code"], f"test_{job['name']}.py", "exec"), ns)
+        result = {"outcome": "pass", "message": ""}
+    except AssertionError as exc:
+        result = {"outcome": "fail", "message": _short(f"AssertionError: {exc}" if str(exc) else _where(exc, job["code"]))}
+    except TimeoutError as exc:
+        result = {"outcome": "timeout", "message": _short(str(exc))}
+    except CandidateError as exc:
+        result = {"outcome": "error", "message": _short(str(exc))}
+    except BaseException as exc:  # noqa: BLE001 - any other exception fails the test
+        result = {"outcome": "error", "message": _short(f"{type(exc).__name__}: {exc}")}
+    finally:
+        if handle is not None:
+            handle.close()
+    out.write(json.dumps(result))
+    out.flush()
+
+
+def _where(exc, code):
+    """The failing line of the test code (exec'd code has no source file to quote)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("test_")]
+    lines = code.splitlines()
+    if frames and 0 < (frames[-1].lineno or 0) <= len(lines):
+        return f"assertion failed: {lines[frames[-1].lineno - 1].strip()}"
+    return "assertion failed"
+
+
+# ---------------------------------------------------------------- judge
+def run_test(job, test, timeout_s):
+    payload = json.dumps({
+        "kind": job["kind"], "candidate": job["candidate"], "setup": job.get("setup", ""),
+        "tool_impl": job.get("tool_impl", ""), "name": test["name"], "code": test["code"],
+        "timeout_s": timeout_s,
+    }).encode()
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        PY + [RUNNER, "--test"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(payload, timeout=timeout_s + 1.0)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return {"outcome": "timeout", "message": f"test exceeded {timeout_s:.1f}s"}, time.monotonic() - start
+    finally:
+        _kill_group(proc)
+    try:
+        result = json.loads(out[:MAX_RESULT_BYTES])
+        assert result["outcome"] in ("pass", "fail", "error", "timeout")
+    except Exception:  # noqa: BLE001 - no well-formed report: the test did not finish
+        code = proc.returncode
+        why = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        result = {"outcome": "error", "message": f"test process ended without a result ({why})"}
+    return result, time.monotonic() - start
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def judge_main(job_path):
+    with open(job_path, encoding="utf-8") as fh:
+        job = json.load(fh)
+    os.unlink(job_path)
+    _no_dump()
+    nonce = job.pop("nonce")
+    out = sys.stdout
+    for test in job["tests"]:
+        result, took = run_test(job, test, float(job.get("timeout_s", 5.0)))
+        record = {"test": test["name"], "duration_s": round(took, 4), **result}
+        out.write(f"@@MF {nonce} {json.dumps(record)}\n")
+        out.flush()
+    out.write(f"@@MF {nonce} {json.dumps({'done': True})}\n")
+    out.flush()
+
+
+def tool_call_main(workdir, name, args_json):
+    """One tool call in a session: state lives in WORKDIR/state.json between calls."""
+    with open(os.path.join(workdir, "tools.py"), encoding="utf-8") as fh:
+        tools = load_tools(fh.read())
+    state_path = os.path.join(workdir, "state.json")
+    if os.path.exists(state_path):
+        with open(state_path, encoding="utf-8") as fh:
+            state = json.load(fh)
+    else:
+        state = tools["init_state"]()
+    _, result = call_tool(tools, state, name, args_json)
+    tmp = state_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
+    os.replace(tmp, state_path)
+    sys.stdout.write(json.dumps({"result": encode_json_safe(result)}))
+
+
+def encode_json_safe(value):
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return {"error": f"tool returned non-JSON data of type {type(value).__name__}"}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--candidate"]:
+        candidate_main(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1:2] == ["--test"]:
+        test_main()
+    elif sys.argv[1:2] == ["--tool-call"]:
+        tool_call_main(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        judge_main(sys.argv[1])
