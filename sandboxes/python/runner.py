@@ -392,6 +392,9 @@ def test_main():
     job = json.loads(sys.stdin.buffer.read())
     deadline = time.monotonic() + job["timeout_s"]
     out = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # what the checker prints must not mix with the result
+    os.dup2(devnull, 2)
     handle = None
     try:
         ns, handle = test_namespace(job, deadline)
@@ -460,26 +463,86 @@ def _kill_group(proc):
     proc.wait()
 
 
-def judge_main(job_path):
-    with open(job_path, encoding="utf-8") as fh:
-        job = json.load(fh)
-    os.unlink(job_path)
+def judge_main(job_path, in_container):
+    """Judge the job read from ``job_path`` (``-``: stdin; a file is deleted once read)."""
     _no_dump()
+    if job_path == "-":
+        job = json.loads(sys.stdin.buffer.read())
+        workdir = os.getcwd()
+    else:
+        with open(job_path, encoding="utf-8") as fh:
+            job = json.load(fh)
+        os.unlink(job_path)
+        workdir = os.path.dirname(os.path.abspath(job_path))
     nonce = job.pop("nonce")
+    rundir = os.path.join(workdir, "run")
+    os.makedirs(rundir, exist_ok=True)
+    os.chdir(rundir)
     out = sys.stdout
     for test in job["tests"]:
         result, took = run_test(job, test, float(job.get("timeout_s", 5.0)))
         record = {"test": test["name"], "duration_s": round(took, 4), **result}
         out.write(f"@@MF {nonce} {json.dumps(record)}\n")
         out.flush()
-    out.write(f"@@MF {nonce} {json.dumps({'done': True})}\n")
+    clean = reset_container(os.path.dirname(rundir)) if in_container else True
+    out.write(f"@@MF {nonce} {json.dumps({'done': True, 'clean': clean})}\n")
     out.flush()
 
 
-def tool_call_main(workdir, name, args_json):
-    """One tool call in a session: state lives in WORKDIR/state.json between calls."""
-    with open(os.path.join(workdir, "tools.py"), encoding="utf-8") as fh:
-        tools = load_tools(fh.read())
+def reset_container(workdir):
+    """Leave the container as it started: only PID 1 and us alive, writable places empty.
+
+    The root filesystem is read-only and the network is off, so the writable
+    tmpfs folders, the processes and SysV IPC objects are all a job can leave
+    behind. Returns False when something could not be undone; the host then
+    recycles the container instead of reusing it.
+    """
+    me = os.getpid()
+    for _ in range(3):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    clean = not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+    import shutil
+
+    for folder in (workdir, "/tmp", "/dev/shm"):
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for name in entries:
+            path = os.path.join(folder, name)
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+            except OSError:
+                clean = False
+    for table in ("shm", "msg", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{table}") as fh:
+                if len(fh.read().splitlines()) > 1:
+                    clean = False
+        except OSError:
+            pass
+    return clean
+
+
+def tool_call_main(workdir):
+    """One tool call in a session, read from stdin as {tool_impl, name, arguments}.
+
+    The tools' state lives in WORKDIR/state.json between calls.
+    """
+    call = json.loads(sys.stdin.buffer.read())
+    tools = load_tools(call["tool_impl"])
+    name, args_json = call["name"], call["arguments"]
     state_path = os.path.join(workdir, "state.json")
     if os.path.exists(state_path):
         with open(state_path, encoding="utf-8") as fh:
@@ -508,6 +571,8 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--test"]:
         test_main()
     elif sys.argv[1:2] == ["--tool-call"]:
-        tool_call_main(sys.argv[2], sys.argv[3], sys.argv[4])
+        tool_call_main(sys.argv[2])
+    elif sys.argv[1:2] == ["--in-container"]:
+        judge_main(sys.argv[2], in_container=True)
     else:
-        judge_main(sys.argv[1])
+        judge_main(sys.argv[1], in_container=False)

@@ -1,0 +1,22 @@
+"""Sandbox limits and sizes: one frozen config, read by every container start."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SandboxConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    image: str | None = None  # None: the image built from sandboxes/ (tagged by its hash)
+    base: str = "python:3.12-slim"  # used when present or pullable; else a debootstrapped Debian
+    pool_size: int = Field(default=2, ge=1, le=64)
+    memory: str = "256m"  # memory and memory+swap: no swap beyond the limit
+    cpus: float = 1.0
+    pids: int = 64
+    workdir_size: str = "64m"  # tmpfs /work, the only writable place
+    test_timeout_s: float = 5.0
+    job_timeout_s: float = 120.0  # wall clock for a whole job; the container is killed past it
+    output_cap_bytes: int = 256 * 1024
+    user: str = "10001:10001"
+    label: str = "mindforge.sandbox"
