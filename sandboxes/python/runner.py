@@ -71,7 +71,39 @@ def encode(value, depth=0):
         return {"$b": bytes(value).hex()}
     if isinstance(value, complex):
         return {"$c": [encode(value.real), encode(value.imag)]}
+    if depth == 0:
+        # A top-level result of another type (a regex match, a custom object)
+        # crosses as an Opaque: truthy by the candidate's own bool(), equal
+        # only to nothing, so it can satisfy `assert f(x)` but never `==`.
+        try:
+            truth = bool(value)
+        except Exception:  # noqa: BLE001 - a hostile __bool__ counts as false
+            truth = False
+        return {"$o": [type(value).__name__, truth is True]}
     raise TypeError(f"cannot pass a {type(value).__name__} across the sandbox boundary (plain data only)")
+
+
+class Opaque:
+    """Stands for a result that is not plain data; compares equal to nothing."""
+
+    __slots__ = ("type_name", "truth")
+
+    def __init__(self, type_name, truth):
+        self.type_name, self.truth = str(type_name), bool(truth)
+
+    def __bool__(self):
+        return self.truth
+
+    def __eq__(self, other):
+        return False
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"<{self.type_name} object from the candidate>"
 
 
 def decode(value):
@@ -95,6 +127,8 @@ def decode(value):
             return bytes.fromhex(body)
         if tag == "$c":
             return complex(decode(body[0]), decode(body[1]))
+        if tag == "$o":
+            return Opaque(body[0], body[1])
         raise ValueError(f"unknown tag {tag}")
     return value
 
