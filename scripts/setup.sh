@@ -62,6 +62,13 @@ if ! docker_ok; then
   docker_ok || { say "dockerd did not come up; see /var/log/mindforge-dockerd.log"; exit 1; }
 fi
 say "docker: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+# The sandbox base is debootstrapped from the host's apt sources where no
+# registry answers (as here); debootstrap is needed only for that first build.
+if ! command -v debootstrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  say "installing Debian's debootstrap (sandbox base image)"
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
+fi
 
 # 4. sandbox image and default model, once their commands exist
 MF=$VENV/bin/mindforge

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from mindforge.cli import engine, hcp, model, sandbox, serve, tasks
+from mindforge.cli import engine, hcp, model, sandbox, tasks
 
 app = typer.Typer(
     name="mindforge",
@@ -22,7 +22,6 @@ app.add_typer(tasks.app, name="tasks")
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(model.app, name="model")
 app.add_typer(engine.app, name="engine")
-app.command("serve")(serve.serve)
 
 
 def main() -> None:
