@@ -21,10 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mindforge.sandbox import SandboxConfig, SandboxPool  # noqa: E402
-from mindforge.sandbox import container as ct  # noqa: E402
-from mindforge.sandbox.protocol import JobOutput, build_job  # noqa: E402
-from mindforge.tasks.io import load_tasks  # noqa: E402
+from mindforge.sandbox import SandboxConfig, SandboxPool
+from mindforge.sandbox import container as ct
+from mindforge.sandbox.protocol import JobOutput, build_job
+from mindforge.tasks.io import load_tasks
 
 RUNNER = REPO / "sandboxes" / "python" / "runner.py"
 

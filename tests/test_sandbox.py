@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO, require
 
 from mindforge.tasks import CheckerTest, Task
 from mindforge.tasks.io import load_tasks
-from helpers import REPO, require
 
 pytestmark = pytest.mark.docker
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import REPO
 
-from mindforge.store import RunDir, atomic_write_json, atomic_write_text, read_parquet, write_parquet
+from mindforge.store import (
+    RunDir,
+    atomic_write_json,
+    atomic_write_text,
+    read_parquet,
+    write_parquet,
+)
 from mindforge.tasks import Hop, Task, Trajectory, Verdict
 from mindforge.tasks.io import load_tasks
-from helpers import REPO
 
 
 def test_tasks_round_trip_through_parquet_and_datasets(tmp_path):

@@ -63,7 +63,7 @@ def apt_source() -> tuple[str, str]:
         for stanza in re.split(r"\n\s*\n", f.read_text()):
             fields = dict(
                 (m.group(1).lower(), m.group(2).strip())
-                for m in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M)
+                for m in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.MULTILINE)
             )
             if "deb" in fields.get("types", "").split() and fields.get("uris") and fields.get("suites"):
                 uri, suite = fields["uris"].split()[0], fields["suites"].split()[0]

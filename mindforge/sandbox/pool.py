@@ -27,7 +27,13 @@ from mindforge.errors import MindForgeError
 from mindforge.sandbox import container as ct
 from mindforge.sandbox.config import SandboxConfig
 from mindforge.sandbox.image import ensure_image
-from mindforge.sandbox.protocol import JobOutput, build_job, infra_verdict, merge_reruns, verdict_from
+from mindforge.sandbox.protocol import (
+    JobOutput,
+    build_job,
+    infra_verdict,
+    merge_reruns,
+    verdict_from,
+)
 from mindforge.tasks.models import Task, Verdict
 
 

@@ -86,7 +86,7 @@ def encode(value, depth=0):
 class Opaque:
     """Stands for a result that is not plain data; compares equal to nothing."""
 
-    __slots__ = ("type_name", "truth")
+    __slots__ = ("truth", "type_name")
 
     def __init__(self, type_name, truth):
         self.type_name, self.truth = str(type_name), bool(truth)
