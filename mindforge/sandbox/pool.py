@@ -139,12 +139,16 @@ class SandboxPool:
                 res = ct.judge(self.client, c, job, self.config)
             except Exception as exc:  # noqa: BLE001 - daemon or API failure: not the candidate's doing
                 return infra_verdict(task, f"docker: {type(exc).__name__}: {exc}", time.monotonic() - start)
+            out = JobOutput(nonce, res.stdout)
             state = ct.container_state(c)
+            if out.done is None and not res.timed_out and state.get("Running"):
+                # The judge died: the candidate's doing (OOM, a kill) or the container's
+                # death from outside, which the daemon may not have recorded yet.
+                state = _settled_state(c)
             if not res.timed_out and not state.get("Running"):
                 why = "OOM-killed" if state.get("OOMKilled") else f"status {state.get('Status', 'gone')}"
                 return infra_verdict(task, f"sandbox container stopped from outside during the job ({why})",
                                      time.monotonic() - start)
-            out = JobOutput(nonce, res.stdout)
             log = _log(res, out)
             keep = out.clean and not res.timed_out and res.exit_code == 0
             return verdict_from(task, out, time.monotonic() - start, res.timed_out, log)
@@ -193,6 +197,15 @@ class ToolSession:
             result = {"error": f"tool {name!r} crashed (exit code {res.exit_code})"}
         self.calls.append({"name": name, "arguments": arguments, "result": result})
         return result
+
+
+def _settled_state(c, wait_s: float = 2.0) -> dict:
+    deadline = time.monotonic() + wait_s
+    state = ct.container_state(c)
+    while state.get("Running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        state = ct.container_state(c)
+    return state
 
 
 def _log(res: ct.ExecResult, out: JobOutput) -> str:
