@@ -1,0 +1,292 @@
+"""Handing a trained adapter to the serving engine: load, prove, promote or roll back.
+
+Only the adapter moves; the base model stays loaded. The order is fixed and
+each step can stop the handoff:
+
+1. the new version is loaded under its own versioned name
+   (``POST /v1/load_lora_adapter``), so no cache or slot of the old name can
+   answer for it;
+2. a parity probe asks the engine for fixed prompts' completions with their
+   logprobs (temperature 1, top-p 1: the reported distribution is the
+   model's own) and compares them with the trainer's teacher-forced logprobs
+   of the same token ids: a stale, partially loaded or corrupted adapter
+   shows up as a difference;
+3. an optional validation compares the reward after with the reward before;
+4. only then is the HCP's served-adapter mapping moved, as a new HCP version
+   written atomically; versions beyond the retention count are unloaded.
+
+A failure at 1–3 unloads the new name and leaves the old mapping, so the
+engine keeps serving exactly what it served before.
+
+Tolerance. Engine and trainer run the same fp32 weights and the same peft
+LoRA; what differs is arithmetic order (incremental decoding with a KV cache
+and batching on the engine, one full-sequence forward in the trainer). fp32
+rounding of that order alone moves a token logprob of the default model by
+about 1e-5; the default tolerance 1e-3 leaves two orders of margin and is
+still far below what a wrong adapter produces. Because a tiny update could
+hide inside any tolerance, the probe also reports the trainer-side
+``separation``: how far the new weights' logprobs are from the parent's on
+the same tokens. A probe whose separation is below the tolerance could not
+have told the two apart, and says so (``discriminative``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from mindforge.errors import MindForgeError
+from mindforge.hcp import apply_patch, hcp_hash, pretty_json, served_adapter_patch
+from mindforge.store import atomic_write_text
+from mindforge.update.catalog import AdapterCatalog, AdapterVersion
+
+
+class EngineError(MindForgeError):
+    pass
+
+
+class EngineAdmin:
+    """The few engine endpoints a handoff needs (the vLLM-compatible contract)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        try:
+            return self.http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+
+    def loaded(self) -> list[str]:
+        """Adapter names the engine serves (models that name a parent)."""
+        try:
+            data = self.http.get("/v1/models").json().get("data", [])
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EngineError(f"{self.base_url}/v1/models: {exc}") from exc
+        return [m["id"] for m in data if m.get("parent")]
+
+    def load(self, name: str, path: Path) -> None:
+        r = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        if r.status_code >= 400:
+            raise EngineError(f"loading {name} from {path}: HTTP {r.status_code}: {r.text[:500]}")
+
+    def unload(self, name: str) -> bool:
+        """True when the engine had ``name`` and dropped it."""
+        r = self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        return r.status_code < 400
+
+    def sample(
+        self, model: str, prompt_ids: Sequence[int], max_tokens: int, seed: int
+    ) -> tuple[list[int], list[float]]:
+        """Completion token ids and their logprobs under the model's own distribution."""
+        body = {
+            "model": model, "prompt": list(prompt_ids), "max_tokens": max_tokens,
+            "temperature": 1.0, "top_p": 1.0, "seed": seed, "logprobs": 1,
+            "return_token_ids": True,
+        }
+        r = self._post("/v1/completions", body)
+        if r.status_code >= 400:
+            raise EngineError(f"completion on {model}: HTTP {r.status_code}: {r.text[:500]}")
+        choice = r.json()["choices"][0]
+        ids = choice.get("token_ids")
+        lps = (choice.get("logprobs") or {}).get("token_logprobs")
+        if ids is None or lps is None or len(ids) != len(lps):
+            raise EngineError(f"{self.base_url} returned no token ids/logprobs (return_token_ids, logprobs)")
+        return [int(i) for i in ids], [float(x) for x in lps]
+
+
+# ---------------------------------------------------------------------- parity
+class ProbeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tolerance: float = Field(default=1e-3, gt=0)  # max abs logprob difference, see module doc
+    max_tokens: int = Field(default=16, ge=1)
+    seed: int = 1234
+
+
+class Parity(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    max_abs_diff: float
+    tolerance: float
+    tokens: int
+    separation: float | None = None  # trainer-side max |new - parent| on the same tokens
+    discriminative: bool | None = None
+    detail: str = ""
+
+
+LogprobFn = Callable[[Sequence[int], Sequence[int]], list[float]]
+"""(prompt ids, completion ids) -> the trainer's logprob of each completion id."""
+
+
+def teacher_forced_logprobs(model: Any, adapter: str | None = None) -> LogprobFn:
+    """The trainer model's logprobs of given completion ids after a prompt (no grad).
+
+    ``adapter`` names a peft adapter to use for the call (the parent version,
+    loaded beside the trained one); the active adapter is restored afterwards.
+
+    Only the completion positions go through the output projection
+    (``logits_to_keep``); probe sequences are short, so one forward each.
+    """
+    import torch
+
+    def fn(prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+        ids = torch.tensor([list(prompt_ids) + list(completion_ids)])
+        device = next(model.parameters()).device
+        was_training = model.training
+        previous = getattr(model, "active_adapter", None)
+        if adapter is not None:
+            model.set_adapter(adapter)
+        model.eval()
+        try:
+            with torch.no_grad():
+                # Logits of the last T+1 positions; the final one predicts past the end.
+                n = len(completion_ids)
+                logits_T_V = model(ids.to(device), logits_to_keep=n + 1).logits[0, :n].float()
+                logp_T_V = torch.log_softmax(logits_T_V, dim=-1)
+                target_T = torch.tensor(list(completion_ids), device=device)
+                return logp_T_V.gather(1, target_T[:, None])[:, 0].tolist()
+        finally:
+            if adapter is not None and previous is not None:
+                model.set_adapter(previous)
+            model.train(was_training)
+
+    return fn
+
+
+def parity_probe(
+    engine: EngineAdmin,
+    served_name: str,
+    prompts: Sequence[Sequence[int]],
+    trainer: LogprobFn,
+    config: ProbeConfig,
+    parent: LogprobFn | None = None,
+) -> Parity:
+    """Compare the served adapter with the trainer on the engine's own samples."""
+    worst, count, sep = 0.0, 0, 0.0
+    try:
+        for i, prompt in enumerate(prompts):
+            ids, engine_lp = engine.sample(served_name, prompt, config.max_tokens, config.seed + i)
+            if not ids:
+                continue
+            mine = trainer(prompt, ids)
+            worst = max(worst, max(_diffs(engine_lp, mine)))
+            count += len(ids)
+            if parent is not None:
+                sep = max(sep, max(_diffs(parent(prompt, ids), mine)))
+    except EngineError as exc:
+        return Parity(ok=False, max_abs_diff=math.inf, tolerance=config.tolerance, tokens=count,
+                      detail=str(exc))
+    if count == 0:
+        return Parity(ok=False, max_abs_diff=math.inf, tolerance=config.tolerance, tokens=0,
+                      detail="the engine returned no tokens to compare")
+    return Parity(
+        ok=worst <= config.tolerance, max_abs_diff=worst, tolerance=config.tolerance, tokens=count,
+        separation=sep if parent is not None else None,
+        discriminative=(sep > config.tolerance) if parent is not None else None,
+    )
+
+
+def _diffs(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    # -inf on either side (a token the model rules out) counts as infinitely far.
+    return [abs(x - y) if math.isfinite(x) and math.isfinite(y) else math.inf for x, y in zip(a, b, strict=True)]
+
+
+# ---------------------------------------------------------------------- HCP
+def promote(doc: dict[str, Any], route: str, served_name: str, hcp_dir: Path) -> tuple[dict[str, Any], str, Path]:
+    """A new HCP version serving ``served_name`` for ``route``, written as ``<hash>.hcp.json``."""
+    new_doc = apply_patch(doc, served_adapter_patch(route, served_name), source="update handoff")
+    digest = hcp_hash(new_doc)
+    path = Path(hcp_dir) / f"{digest}.hcp.json"
+    atomic_write_text(path, pretty_json(new_doc))
+    return new_doc, digest, path
+
+
+def served_names(doc: dict[str, Any]) -> list[str]:
+    return [spec["served_adapter"] for spec in doc["router"]["routes"].values()]
+
+
+# ---------------------------------------------------------------------- handoff
+class Validation(BaseModel):
+    """Mean reward over held-out rollouts, with its standard error."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mean: float
+    se: float
+    n: int
+
+
+class HandoffResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    promoted: bool
+    served: str  # what the route serves after the handoff
+    candidate: str  # the version that was tried
+    parity: Parity | None = None
+    validation_after: Validation | None = None
+    hcp_hash: str
+    hcp_path: Path | None = None
+    unloaded: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def hand_off(
+    *,
+    engine: EngineAdmin,
+    entry: AdapterVersion,
+    doc: dict[str, Any],
+    probe_prompts: Sequence[Sequence[int]],
+    trainer: LogprobFn,
+    probe: ProbeConfig,
+    hcp_dir: Path,
+    catalog: AdapterCatalog,
+    retention: int,
+    parent: LogprobFn | None = None,
+    validate: Callable[[str], Validation] | None = None,
+    before: Validation | None = None,
+    regression_tolerance: float = 0.0,
+) -> HandoffResult:
+    """Load ``entry``, probe it, validate it, then promote it or roll it back."""
+    route = entry.route
+    old = doc["router"]["routes"][route]["served_adapter"]
+
+    def rollback(reason: str, **kw: Any) -> HandoffResult:
+        engine.unload(entry.name)
+        return HandoffResult(promoted=False, served=old, candidate=entry.name, hcp_hash=hcp_hash(doc),
+                             reason=reason, **kw)
+
+    try:
+        engine.load(entry.name, entry.path)
+    except EngineError as exc:
+        return rollback(f"load failed: {exc}")
+    parity = parity_probe(engine, entry.name, probe_prompts, trainer, probe, parent)
+    if not parity.ok:
+        return rollback(f"parity probe failed: max |diff| {parity.max_abs_diff:.3g} > {probe.tolerance:g}"
+                        + (f" ({parity.detail})" if parity.detail else ""), parity=parity)
+    after = validate(entry.name) if validate is not None else None
+    if after is not None and before is not None and after.mean < before.mean - regression_tolerance:
+        return rollback(f"validation regressed: {after.mean:.3f} < {before.mean:.3f} - {regression_tolerance:g}",
+                        parity=parity, validation_after=after)
+    new_doc, digest, path = promote(doc, route, entry.name, hcp_dir)
+    unloaded = unload_stale(engine, catalog, route, retention, in_use=served_names(new_doc))
+    return HandoffResult(promoted=True, served=entry.name, candidate=entry.name, parity=parity,
+                         validation_after=after, hcp_hash=digest, hcp_path=path, unloaded=tuple(unloaded))
+
+
+def unload_stale(engine: EngineAdmin, catalog: AdapterCatalog, route: str, keep: int,
+                 in_use: Sequence[str]) -> list[str]:
+    """Unload versions of ``route`` beyond the newest ``keep`` that nothing serves."""
+    loaded = set(engine.loaded())
+    return [v.name for v in catalog.stale(route, keep, in_use) if v.name in loaded and engine.unload(v.name)]
