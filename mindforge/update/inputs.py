@@ -1,0 +1,65 @@
+"""What the Update stage reads: the cycle's tasks for a route and the HCP to start from.
+
+Tasks: the cycle's Discovery output (verified by construction) when there is
+any for the route, otherwise the seed tasks of that family (each seed is
+checked against its reference in the sandbox by the seed tests). The split
+into training and validation tasks is by a hash of the task id and the
+seed, so it does not depend on file order and a rerun splits the same way.
+
+HCP: an explicit file, else the newest one a previous Update of this run
+promoted (cycle by cycle, at or before this one), else the default example.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from mindforge.store import RunDir, read_parquet
+from mindforge.tasks.io import load_tasks
+from mindforge.tasks.models import Task
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def seed_dir() -> Path:
+    return repo_root() / "seed_tasks"
+
+
+def default_hcp_path() -> Path:
+    return repo_root() / "hcp" / "examples" / "default.hcp.json"
+
+
+def cycle_tasks(run: RunDir, cycle: int, route: str, seeds: Path | None = None) -> tuple[list[Task], str]:
+    """Tasks of ``route`` for the cycle and where they came from."""
+    folder = run.stage(cycle, "discovery") / "tasks"
+    if folder.is_dir() and any(folder.glob("*.parquet")):
+        found = [t for t in read_parquet(folder, Task) if t.family == route]
+        if found:
+            return found, str(folder)
+    source = Path(seeds) if seeds is not None else seed_dir()
+    return [t for t in load_tasks(source) if t.family == route], str(source)
+
+
+def split(tasks: list[Task], validation: int, seed: int) -> tuple[list[Task], list[Task]]:
+    """(train, validation): ``validation`` tasks held out, chosen by hashed id order."""
+    ranked = sorted(tasks, key=lambda t: hashlib.sha256(f"{seed}|{t.id}".encode()).hexdigest())
+    held = ranked[:validation] if validation < len(ranked) else ranked[: max(len(ranked) - 1, 0)]
+    held_ids = {t.id for t in held}
+    return [t for t in ranked if t.id not in held_ids], held
+
+
+def current_hcp_path(run: RunDir, cycle: int, explicit: Path | None = None) -> Path:
+    """The HCP this Update starts from (see module doc)."""
+    if explicit is not None:
+        return Path(explicit)
+    for n in sorted((c for c in run.cycles() if c <= cycle), reverse=True):
+        marker = run.done_marker(n, "update")
+        if marker.is_file():
+            path = json.loads(marker.read_text()).get("hcp_path")
+            if path and Path(path).is_file():
+                return Path(path)
+    return default_hcp_path()

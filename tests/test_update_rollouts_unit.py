@@ -1,0 +1,98 @@
+"""Scoring pieces of the rollouts: candidates, rewards, statistics, task split. No model needed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from mindforge.store import RunDir, read_parquet, write_parquet
+from mindforge.tasks.models import (
+    CheckerTest,
+    Task,
+    ToolSpec,
+    Trajectory,
+    Verdict,
+    VerdictStatus,
+)
+from mindforge.tasks.models import (
+    TestOutcome as Outcome,
+)
+from mindforge.tasks.models import (
+    TestResult as Result,
+)
+from mindforge.update.inputs import cycle_tasks, split
+from mindforge.update.rollouts import (
+    candidate_for,
+    fenced_block,
+    groups_for_training,
+    paired_se,
+    reward_of,
+    reward_stats,
+)
+
+
+def _task(kind: str = "function", **kw) -> Task:
+    base = {"family": "L2", "prompt": "p", "output_kind": kind, "tests": [CheckerTest(name="a", code="pass")],
+            "reference": "def f(): pass", "entry_point": "f" if kind == "function" else None}
+    return Task(**{**base, **kw})
+
+
+def test_candidates_by_output_kind() -> None:
+    answer = "Here:\n```python\ndef f():\n    return 1\n```\nand ```html\n<p>x</p>\n```"
+    assert candidate_for(_task(), answer, []) == "def f():\n    return 1\n"
+    assert candidate_for(_task(), "def f(): return 2", []) == "def f(): return 2"
+    assert candidate_for(_task("html"), answer, []) == "<p>x</p>\n"
+    assert candidate_for(_task("text"), "just text", []) == "just text"
+    calls = [{"name": "get", "arguments": {"k": 1}, "result": 5}]
+    tool_task = _task("tool_calls", family="L1", tools=[ToolSpec(name="get")], tool_impl="def get(state, k): ...")
+    assert json.loads(candidate_for(tool_task, "five", calls)) == {
+        "calls": [{"name": "get", "arguments": {"k": 1}}], "answer": "five"}
+    assert fenced_block("```\nplain\n```", ("python",)) == "plain\n"
+    assert fenced_block("```python\nunterminated", ("python",)) == "unterminated"
+
+
+def test_rewards_never_score_infra_errors() -> None:
+    tests = (Result(name="a", outcome=Outcome.PASS), Result(name="b", outcome=Outcome.FAIL),
+             Result(name="c", outcome=Outcome.FAIL), Result(name="d", outcome=Outcome.PASS))
+    fail = Verdict(task_id="t", status=VerdictStatus.FAIL, tests=tests)
+    assert reward_of(fail, "binary") == 0.0 and reward_of(fail, "pass_fraction") == 0.5
+    ok = Verdict(task_id="t", status=VerdictStatus.PASS, tests=tests[:1])
+    assert reward_of(ok, "binary") == 1.0 == reward_of(ok, "pass_fraction")
+    infra = Verdict(task_id="t", status=VerdictStatus.INFRA_ERROR)
+    assert reward_of(infra, "binary") is None and reward_of(infra, "pass_fraction") is None
+
+
+def _traj(task: str, sample: int, reward: float | None) -> Trajectory:
+    return Trajectory(task_id=task, hcp_version="h", route="L2", sample=sample, reward=reward,
+                      meta={} if reward is not None else {"dropped": "infra_error"})
+
+
+def test_stats_treat_tasks_as_the_unit_and_drop_infra() -> None:
+    groups = [[_traj("a", 0, 1.0), _traj("a", 1, 0.0)], [_traj("b", 0, 0.0), _traj("b", 1, None)],
+              [_traj("c", 0, None)]]
+    s = reward_stats(groups)
+    assert (s.tasks, s.samples, s.dropped) == (2, 3, 2)
+    assert s.per_task == {"a": 0.5, "b": 0.0} and math.isclose(s.mean, 0.25)
+    assert math.isclose(s.se, math.sqrt(((0.25**2) * 2) / 1 / 2))
+    after = reward_stats([[_traj("a", 0, 1.0)], [_traj("b", 0, 1.0)]])
+    assert math.isclose(paired_se(s, after), 0.25)  # diffs 0.5 and 1.0
+    # Training sees scored samples with hops only.
+    assert groups_for_training(groups) == []
+
+
+def test_trajectories_round_trip_parquet(tmp_path) -> None:
+    rows = [_traj("a", 0, 1.0), _traj("a", 1, None)]
+    write_parquet(rows, tmp_path / "x.parquet")
+    assert read_parquet(tmp_path, Trajectory) == rows
+
+
+def test_split_is_stable_and_falls_back_to_seeds(tmp_path) -> None:
+    tasks, source = cycle_tasks(RunDir(tmp_path), 1, "L2")
+    assert source.endswith("seed_tasks") and tasks and all(t.family == "L2" for t in tasks)
+    train, val = split(tasks, 4, seed=3)
+    assert len(val) == 4 and not {t.id for t in train} & {t.id for t in val}
+    assert split(list(reversed(tasks)), 4, seed=3)[1] == val
+    # Discovery output for the cycle wins when it has tasks of the route.
+    write_parquet(tasks[:3], RunDir(tmp_path).stage(1, "discovery") / "tasks" / "a.parquet")
+    found, source = cycle_tasks(RunDir(tmp_path), 1, "L2")
+    assert [t.id for t in found] == [t.id for t in tasks[:3]] and source.endswith("tasks")
