@@ -44,6 +44,7 @@ from mindforge.errors import MindForgeError
 from mindforge.hcp import apply_patch, hcp_hash, pretty_json, served_adapter_patch
 from mindforge.store import atomic_write_text
 from mindforge.update.catalog import AdapterCatalog, AdapterVersion
+from mindforge.update.rollouts import RewardStats, paired_se
 
 
 class EngineError(MindForgeError):
@@ -218,16 +219,6 @@ def served_names(doc: dict[str, Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------- handoff
-class Validation(BaseModel):
-    """Mean reward over held-out rollouts, with its standard error."""
-
-    model_config = ConfigDict(frozen=True)
-
-    mean: float
-    se: float
-    n: int
-
-
 class HandoffResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -235,7 +226,7 @@ class HandoffResult(BaseModel):
     served: str  # what the route serves after the handoff
     candidate: str  # the version that was tried
     parity: Parity | None = None
-    validation_after: Validation | None = None
+    validation_after: RewardStats | None = None
     hcp_hash: str
     hcp_path: Path | None = None
     unloaded: tuple[str, ...] = ()
@@ -254,11 +245,17 @@ def hand_off(
     catalog: AdapterCatalog,
     retention: int,
     parent: LogprobFn | None = None,
-    validate: Callable[[str], Validation] | None = None,
-    before: Validation | None = None,
+    validate: Callable[[str], RewardStats] | None = None,
+    before: RewardStats | None = None,
     regression_tolerance: float = 0.0,
+    regression_k_se: float = 0.0,
 ) -> HandoffResult:
-    """Load ``entry``, probe it, validate it, then promote it or roll it back."""
+    """Load ``entry``, probe it, validate it, then promote it or roll it back.
+
+    A regression is ``after < before - max(regression_tolerance, regression_k_se
+    x SE)``, SE that of the paired per-task difference: a tiny validation
+    split is noisy, and noise alone must not roll back a good adapter.
+    """
     route = entry.route
     old = doc["router"]["routes"][route]["served_adapter"]
 
@@ -276,9 +273,11 @@ def hand_off(
         return rollback(f"parity probe failed: max |diff| {parity.max_abs_diff:.3g} > {probe.tolerance:g}"
                         + (f" ({parity.detail})" if parity.detail else ""), parity=parity)
     after = validate(entry.name) if validate is not None else None
-    if after is not None and before is not None and after.mean < before.mean - regression_tolerance:
-        return rollback(f"validation regressed: {after.mean:.3f} < {before.mean:.3f} - {regression_tolerance:g}",
-                        parity=parity, validation_after=after)
+    if after is not None and before is not None:
+        margin = max(regression_tolerance, regression_k_se * paired_se(before, after))
+        if after.mean < before.mean - margin:
+            return rollback(f"validation regressed: {after.mean:.3f} < {before.mean:.3f} - {margin:.3f}",
+                            parity=parity, validation_after=after)
     new_doc, digest, path = promote(doc, route, entry.name, hcp_dir)
     unloaded = unload_stale(engine, catalog, route, retention, in_use=served_names(new_doc))
     return HandoffResult(promoted=True, served=entry.name, candidate=entry.name, parity=parity,
