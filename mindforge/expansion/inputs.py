@@ -1,0 +1,93 @@
+"""What Expansion reads: the cycle's tasks and the HCP it starts from.
+
+Tasks, first found: an explicit path (JSONL file or folder, or parquet shards);
+the cycle's Discovery output (``cycles/N/discovery/tasks/*.parquet``); the
+seed tasks when ``use_seed_tasks`` allows it. A family filter and a task cap
+apply after; the cap takes tasks round-robin over families in task-id hash
+order, so a small run still sees every family and the same cap always picks
+the same tasks.
+
+Start HCP, first found: an explicit file; the newest HCP an earlier cycle of
+this run produced (Update's promoted HCP, else Expansion's best); the default
+example.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from mindforge.errors import InputError
+from mindforge.expansion.config import ExpansionConfig
+from mindforge.expansion.splits import unit_hash
+from mindforge.store import RunDir, read_parquet
+from mindforge.tasks.io import load_tasks
+from mindforge.tasks.models import Task
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def default_hcp_path() -> Path:
+    return repo_root() / "hcp" / "examples" / "default.hcp.json"
+
+
+def _read_tasks(path: Path) -> list[Task]:
+    if not path.exists():
+        raise InputError(str(path), "", "no such file or folder of tasks")
+    if path.suffix == ".parquet" or (path.is_dir() and any(path.glob("*.parquet"))):
+        return read_parquet(path, Task)
+    return load_tasks(path)
+
+
+def cycle_tasks(config: ExpansionConfig) -> tuple[list[Task], str]:
+    """The tasks to solve and where they came from (see the module doc)."""
+    if config.tasks is not None:
+        found, source = _read_tasks(Path(config.tasks)), str(config.tasks)
+    else:
+        folder = RunDir(config.run_dir).stage(config.cycle, "discovery") / "tasks"
+        if folder.is_dir() and any(folder.glob("*.parquet")):
+            found, source = read_parquet(folder, Task), str(folder)
+        elif config.use_seed_tasks:
+            found, source = load_tasks(repo_root() / "seed_tasks"), str(repo_root() / "seed_tasks")
+        else:
+            raise InputError(str(folder), "", "no Discovery tasks for this cycle and seed tasks are off; "
+                                              "pass --tasks or allow seed tasks")
+    if config.families:
+        found = [t for t in found if t.family in config.families]
+    chosen = cap_tasks(found, config.max_tasks)
+    if len(chosen) < 3:
+        raise InputError(source, "", f"{len(chosen)} tasks after filtering; Expansion needs at least 3 "
+                                     "(train, validation and test each need one)")
+    return chosen, source
+
+
+def cap_tasks(tasks: Sequence[Task], cap: int | None) -> list[Task]:
+    ordered = sorted(tasks, key=lambda t: unit_hash(t.id, "mf-cap"))
+    if cap is None or cap >= len(ordered):
+        return ordered
+    by_family: dict[str, list[Task]] = {}
+    for t in ordered:
+        by_family.setdefault(t.family, []).append(t)
+    out: list[Task] = []
+    while len(out) < cap:
+        for fam in sorted(by_family):
+            if by_family[fam] and len(out) < cap:
+                out.append(by_family[fam].pop(0))
+    return out
+
+
+def start_hcp_path(config: ExpansionConfig) -> Path:
+    if config.start_hcp is not None:
+        return Path(config.start_hcp)
+    run = RunDir(config.run_dir)
+    for n in sorted((c for c in run.cycles() if c < config.cycle), reverse=True):
+        for stage, key in (("update", "hcp_path"), ("expansion", "best_hcp_path")):
+            marker = run.done_marker(n, stage)
+            if marker.is_file():
+                path = json.loads(marker.read_text()).get(key)
+                if path and Path(path).is_file():
+                    return Path(path)
+    return default_hcp_path()
