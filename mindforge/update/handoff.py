@@ -54,10 +54,12 @@ class EngineError(MindForgeError):
 class EngineAdmin:
     """The few engine endpoints a handoff needs (the vLLM-compatible contract)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0):
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0,
+                 transport: httpx.BaseTransport | None = None):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s,
+                                 transport=transport)
 
     def close(self) -> None:
         self.http.close()

@@ -48,6 +48,7 @@ from mindforge.update.catalog import (
 )
 from mindforge.update.handoff import EngineAdmin, HandoffResult, Parity, ProbeConfig, hand_off
 from mindforge.update.inputs import cycle_tasks, split
+from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
 from mindforge.update.rollouts import (
     RewardKind,
     RewardStats,
@@ -151,16 +152,12 @@ class UpdateServices:
     runner_for: Callable[[dict[str, Any], int | None], TurnRunner]  # (HCP doc, max_tokens) -> turn
     open_session: SessionOpener | None
     catalog: AdapterCatalog
-    load_policy: Callable[[AdapterVersion], Any]  # peft model: "train" adapter trainable, "parent" frozen
+    load_policy: Callable[[AdapterVersion], Any]  # see policy.load_policy
     make_trainer: Callable[[Any, dict[str, Any]], Any]  # (policy, grpo fields) -> .step(groups)
     render_probe: Callable[[dict[str, Any], str, Task], list[int]]  # (doc, route, task) -> prompt ids
     base_model: str
     hcp_doc: dict[str, Any]
     progress: Callable[[int, int, CurveRow | None], None] | None = None
-
-
-TRAIN_ADAPTER = "train"
-PARENT_ADAPTER = "parent"
 
 
 def run_update(config: UpdateConfig, services: UpdateServices) -> UpdateResult:
