@@ -90,8 +90,8 @@ def write_start(tmp_path: Path, **kw) -> Path:
 
 
 def config(tmp_path: Path, **kw) -> ExpansionConfig:
-    base = dict(run_dir=tmp_path / "run", cycle=1, start_hcp=write_start(tmp_path), families=("L2",),
-                max_tasks=24, minibatch=4, budget=6, patience=3, proposers=("numeric", "structural"))
+    base = {"run_dir": tmp_path / "run", "cycle": 1, "start_hcp": write_start(tmp_path), "families": ("L2",),
+                "max_tasks": 24, "minibatch": 4, "budget": 6, "patience": 3, "proposers": ("numeric", "structural")}
     base.update(kw)
     return ExpansionConfig(**base)
 
@@ -279,7 +279,7 @@ def _run(cfg, proposer, solver=None):
 
 def test_scripted_better_accepted_worse_and_noise_rejected(tmp_path):
     cfg = config(tmp_path, budget=3, patience=5)
-    result, solver, recs = _run(cfg, ScriptedProposer([BETTER, WORSE, NOISE]))
+    result, _solver, recs = _run(cfg, ScriptedProposer([BETTER, WORSE, NOISE]))
     assert [r.outcome for r in recs] == ["accepted", "rejected", "rejected"]
     assert recs[1].parent == recs[0].hcp_hash  # the worse patch applies to the new incumbent
     assert recs[1].stage == "minibatch"  # clearly worse: dropped early

@@ -5,7 +5,8 @@ Invariants:
 - The incumbent only changes by accepting a candidate, and a candidate is a
   patch of the incumbent (never a rewrite; ``PatchPolicy``).
 - Nothing is solved for a proposal the policy refuses: refusals are journaled
-  with zero rollouts.
+  with zero rollouts. The incumbent's baseline (validation score, noise
+  floor) is measured lazily, before the first candidate that needs it.
 - Every evaluated candidate is compared with the incumbent on the same
   validation tasks and seeds (the incumbent's validation solves are cached),
   first on a minibatch, then, if not clearly worse, on the rest.
@@ -167,6 +168,7 @@ class Search:
 
     def evaluate(self, admitted: Admitted, proposal: Proposal, index: int) -> CandidateRecord:
         """Staged: minibatch (drop if clearly worse), then the rest of validation."""
+        self.ensure_baseline()
         cand = HCP.from_document(admitted.document)
         inc = self.validation_scores(self.incumbent)
         m, seed = self.config.minibatch, self.config.seed
@@ -207,7 +209,6 @@ class Search:
         stop = check_stop(self.progress, self.config, self.noise)
         if stop is not None:
             return stop
-        self.ensure_baseline()
         index, t0 = self.progress.proposals, self.clock()
         proposal = self.proposer.propose(self.context())
         if proposal is None:
@@ -226,7 +227,6 @@ class Search:
         return None
 
     def run(self) -> Stop:
-        self.ensure_baseline()
         while (stop := self.step()) is None:
             pass
         return stop

@@ -171,11 +171,19 @@ class _Stage:
         return out
 
 
-def run_expansion(config: ExpansionConfig, services: ExpansionServices) -> ExpansionResult:
-    """Run (or resume, or return the finished result of) the Expansion stage of one cycle."""
+def finished_result(config: ExpansionConfig) -> ExpansionResult | None:
+    """The stored result when this cycle's Expansion already finished, else None."""
     run = RunDir(config.run_dir)
     if run.is_done(config.cycle, "expansion"):
         return ExpansionResult.model_validate_json(run.done_marker(config.cycle, "expansion").read_text())
+    return None
+
+
+def run_expansion(config: ExpansionConfig, services: ExpansionServices) -> ExpansionResult:
+    """Run (or resume, or return the finished result of) the Expansion stage of one cycle."""
+    if (done := finished_result(config)) is not None:
+        return done
+    run = RunDir(config.run_dir)
     result = _Stage(config, services).run()
     run.mark_done(config.cycle, "expansion", result.model_dump(mode="json"))
     return result
