@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from mindforge.cli import engine, hcp, model, sandbox, tasks
+from mindforge.cli import update as update_cmd
 
 app = typer.Typer(
     name="mindforge",
@@ -22,6 +23,7 @@ app.add_typer(tasks.app, name="tasks")
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(model.app, name="model")
 app.add_typer(engine.app, name="engine")
+app.command("update")(update_cmd.update)
 
 
 def main() -> None:

@@ -73,9 +73,10 @@ class UpdateConfig(BaseModel):
     steps: int = Field(default=2, ge=0)
     group_size: int = Field(default=4, ge=2)  # G: a group needs two samples to compare
     batch_tasks: int = Field(default=2, ge=1)  # tasks a step
-    # pass_fraction by default: on a small model whole passes are rare, and a
-    # group whose rewards are all 0 teaches nothing.
-    reward: RewardKind = "pass_fraction"
+    # None: the HCP's guarded verifier setting. pass_fraction gives a small
+    # model a denser signal: whole passes are rare, and a group whose rewards
+    # are all 0 teaches nothing.
+    reward: RewardKind | None = None
     max_tokens: int | None = Field(default=192, ge=1)  # answer cap in rollouts; None: the HCP's
     max_difficulty: int | None = Field(default=None, ge=1, le=3)  # seed/discovery difficulty cap
     max_train_tasks: int | None = Field(default=None, ge=1)
@@ -177,6 +178,8 @@ class _Run:
         self.prefix = self.doc["router"]["routes"][self.route]["adapter"]
         self.scratch = self.out / "scratch"
         self.scratch_name: str | None = None
+        hcp_reward = self.doc["guarded"]["verifier"]["reward"]
+        self.reward: RewardKind = config.reward or ("binary" if hcp_reward == "binary" else "pass_fraction")
 
     # ------------------------------------------------------------------ phases
     def run(self) -> UpdateResult:
@@ -214,7 +217,7 @@ class _Run:
                   max_tokens: int | None) -> list[list[Trajectory]]:
         doc = _serving(self.doc, self.route, served)
         runner = self.svc.runner_for(doc, max_tokens)
-        rcfg = RolloutConfig(group_size=samples, reward=self.cfg.reward, seed=self.cfg.seed)
+        rcfg = RolloutConfig(group_size=samples, reward=self.reward, seed=self.cfg.seed)
         return asyncio.run(rollout_groups(
             tasks, runner, self.svc.verifier, rcfg, hcp_version=hcp_hash(doc), route=self.route,
             open_session=self.svc.open_session, seed_offset=seed_offset,
