@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from mindforge.cli import engine, hcp, model, sandbox, tasks
+from mindforge.cli import engine, expand, hcp, model, sandbox, tasks
 from mindforge.cli import update as update_cmd
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(model.app, name="model")
 app.add_typer(engine.app, name="engine")
 app.command("update")(update_cmd.update)
+app.command("expand")(expand.expand)
 
 
 def main() -> None:
