@@ -18,11 +18,15 @@ import httpx
 import pytest
 
 from mindforge.hcp import hcp_hash, load_hcp, read_json
+from mindforge.store import RunDir
+from mindforge.tasks.models import Hop, Verdict, VerdictStatus
+from mindforge.tasks.models import TestOutcome as Outcome
+from mindforge.tasks.models import TestResult as Result
 from mindforge.update.catalog import WEIGHTS_FILE, AdapterCatalog, copy_adapter, write_peft_adapter
 from mindforge.update.handoff import EngineAdmin, ProbeConfig, hand_off, teacher_forced_logprobs
 from mindforge.update.inputs import default_hcp_path
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER, load_policy
-from mindforge.update.rollouts import RewardStats
+from mindforge.update.rollouts import RewardStats, TurnOutcome
 
 
 class StandInEngine:
@@ -178,3 +182,127 @@ def test_a_failed_load_keeps_the_old_mapping(setup) -> None:
     (broken.path / "adapter_config.json").write_text("{not json")
     result = _go(setup, entry=broken)
     assert not result.promoted and result.reason.startswith("load failed") and result.served == "mf-L2-v0000"
+
+
+# ---------------------------------------------------------------------- the stage
+TOKENS = 6
+
+
+def _prompt_ids(task) -> list[int]:
+    return [1 + (ord(c) % 90) for c in task.prompt[:12]]
+
+
+class LowTokenVerifier:
+    """Stand-in verdicts: one checker test a completion token, passed by ids below 48."""
+
+    def verify_many(self, jobs):
+        out = []
+        for task, candidate in jobs:
+            ids = [int(x) for x in candidate.split()]
+            tests = tuple(Result(name=f"t{i}", outcome=Outcome.PASS if x < 48 else Outcome.FAIL)
+                          for i, x in enumerate(ids))
+            status = VerdictStatus.PASS if all(x < 48 for x in ids) else VerdictStatus.FAIL
+            out.append(Verdict(task_id=task.id, status=status, tests=tests))
+        return out
+
+
+class PolicyGradient:
+    """Stand-in trainer: group-centred REINFORCE on the answer hops (helper-7's GRPO is the real one)."""
+
+    def __init__(self, policy, fields):
+        import torch
+
+        self.torch, self.policy = torch, policy
+        self.opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=fields.get("lr", 0.05))
+
+    def step(self, groups):
+        torch = self.torch
+        loss = torch.zeros(())
+        tokens = 0
+        for g in groups:
+            mean = sum(t.reward for t in g) / len(g)
+            for t in g:
+                hop = t.hops[0]
+                ids = torch.tensor([list(hop.prompt_ids) + list(hop.completion_ids)])
+                n = len(hop.completion_ids)
+                logits = self.policy(ids, logits_to_keep=n + 1).logits[0, :n]
+                logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(hop.completion_ids)[:, None]).sum()
+                loss = loss - (t.reward - mean) * logp
+                tokens += n
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return {"loss": float(loss.detach()), "kl": 0.0, "clip_fraction": 0.0, "tokens": tokens}
+
+
+def _services(catalog, engine, base_path, doc):
+    from mindforge.update.stage import UpdateServices
+
+    def runner_for(hcp_doc, max_tokens):
+        name = hcp_doc["router"]["routes"]["L2"]["served_adapter"]
+
+        async def run(task, seed, tools):
+            prompt = _prompt_ids(task)
+            ids, lps = engine.sample(name, prompt, TOKENS, seed)
+            hop = Hop(kind="answer", route="L2", adapter=name, prompt_ids=tuple(prompt),
+                      completion_ids=tuple(ids), logprobs=tuple(lps))
+            return TurnOutcome(answer=" ".join(map(str, ids)), hops=[hop], route="L2")
+
+        return run
+
+    return UpdateServices(
+        engine=engine, verifier=LowTokenVerifier(), runner_for=runner_for, open_session=None,
+        catalog=catalog, load_policy=lambda entry: load_policy(base_path, entry.path),
+        make_trainer=PolicyGradient, render_probe=lambda d, route, task: _prompt_ids(task),
+        base_model=str(base_path), hcp_doc=doc,
+    )
+
+
+def test_stage_trains_on_policy_hands_off_and_records(tmp_path: Path, base_path: Path) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mindforge.store import read_parquet
+    from mindforge.tasks.models import Trajectory
+    from mindforge.update.inputs import current_hcp_path
+    from mindforge.update.stage import UpdateConfig, run_update
+
+    torch.manual_seed(2)
+    fresh = get_peft_model(AutoModelForCausalLM.from_pretrained(str(base_path)),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]), adapter_name="fresh")
+    catalog = AdapterCatalog(tmp_path / "adapters")
+    v0 = catalog.save("L2", write_peft_adapter(fresh, "fresh"), prefix="mf-L2")
+    impl = StandInEngine(base_path)
+    engine = EngineAdmin("http://engine", transport=httpx.MockTransport(impl.handle))
+    engine.load(v0.name, v0.path)
+    config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=3, group_size=4, batch_tasks=2, reward="pass_fraction",
+                          validation_tasks=2, validation_samples=2, grpo={"lr": 0.05}, probe_prompts=2,
+                          regression_tolerance=1.0)
+    result = run_update(config, _services(catalog, engine, base_path, read_json(default_hcp_path())))
+
+    assert result.promoted and result.version == "mf-L2-v0001" == result.candidate, result.reason
+    assert result.parity.ok and result.parity.max_abs_diff < 1e-4 and result.parity.discriminative
+    assert len(result.curve) == 3 and all(r.tokens == 2 * 4 * TOKENS for r in result.curve)
+    assert result.reward_after is not None and result.se is not None and result.validation_tasks == 2
+    summary = result.summary()
+    assert set(summary) >= {"route", "version", "parity", "reward_before", "reward_after", "se", "hcp"}
+    json.dumps(summary)
+    entry = catalog.get("L2", 1)
+    assert entry.meta.parent == 0 and entry.meta.cycle == 1 and len(entry.meta.training.task_ids) >= 2
+    assert entry.meta.hcp_version == hcp_hash(read_json(default_hcp_path()))
+    # On policy: step k>0 sampled from the weights after step k-1, under a scratch name, since unloaded.
+    out = tmp_path / "cycles" / "1" / "update"
+    step1 = read_parquet(out / "trajectories" / "train-step001.parquet", Trajectory)
+    assert {t.hops[0].adapter for t in step1} == {"mf-L2-train-1-001"}
+    assert impl.loaded == ["mf-L2-v0000", "mf-L2-v0001"] and not (out / "scratch").exists()
+    assert {p.name for p in (out / "trajectories").iterdir()} == {
+        "validation-before.parquet", "validation-after.parquet",
+        "train-step000.parquet", "train-step001.parquet", "train-step002.parquet"}
+    # The next cycle starts from the promoted HCP and the new version.
+    assert current_hcp_path(RunDir(tmp_path), 2) == result.hcp_path
+    assert load_hcp(result.hcp_path).served_adapter("L2") == "mf-L2-v0001"
+    done = json.loads((out / "DONE.json").read_text())
+    assert done["version"] == "mf-L2-v0001" and len(done["curve"]) == 3
+    print("curve", [(r.mean_reward, r.loss) for r in result.curve], "before/after",
+          result.reward_before, result.reward_after)
