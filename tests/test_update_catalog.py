@@ -116,15 +116,20 @@ def test_concurrent_saves_get_distinct_versions(tmp_path: Path, peft_model) -> N
     cat = AdapterCatalog(tmp_path)
     src = cat.save("L1", write_peft_adapter(peft_model, "mf-L2"), prefix="mf-L1")
     out: list[int] = []
-    threads = [
-        threading.Thread(target=lambda: out.append(cat.save("L1", copy_adapter(src.path), prefix="mf-L1").version))
-        for _ in range(6)
-    ]
+    errors: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            out.append(cat.save("L1", copy_adapter(src.path), prefix="mf-L1").version)
+        except BaseException as exc:  # a thread's exception is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=save) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(out) == [1, 2, 3, 4, 5, 6]
+    assert not errors and sorted(out) == [1, 2, 3, 4, 5, 6]
     assert [v.version for v in cat.versions("L1")] == list(range(7))
 
 

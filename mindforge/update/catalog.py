@@ -260,7 +260,11 @@ class AdapterCatalog:
         removed = 0
         now = time.time()
         for p in base.glob(".writing-*"):
-            if now - p.stat().st_mtime > older_than_s:
+            try:
+                age = now - p.stat().st_mtime
+            except FileNotFoundError:  # another writer renamed it into place meanwhile
+                continue
+            if age > older_than_s:
                 shutil.rmtree(p, ignore_errors=True)
                 removed += 1
         return removed
