@@ -121,7 +121,7 @@ def test_concurrent_saves_get_distinct_versions(tmp_path: Path, peft_model) -> N
     def save() -> None:
         try:
             out.append(cat.save("L1", copy_adapter(src.path), prefix="mf-L1").version)
-        except BaseException as exc:  # a thread's exception is otherwise lost
+        except BaseException as exc:  # noqa: BLE001 - a thread's exception is otherwise lost
             errors.append(exc)
 
     threads = [threading.Thread(target=save) for _ in range(6)]
