@@ -384,3 +384,70 @@ def test_a_changed_input_is_refused_not_mixed(tmp_path):
 
 def test_audit_report_is_serialisable():
     assert AuditReport(hcp_version="h", items=(), counts={}, passed=0, failed=0).rows() == []
+
+
+# ---------------------------------------------------------------- reflection in the loop
+class JunkThenGoodReflector:
+    """Stands in for the 135M model: mostly junk, once a valid patch."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def reflect(self, hcp, prompt, seed):
+        self.prompts.append(prompt)
+        if len(self.prompts) == 2:
+            return json.dumps({"reason": "answers are cut short", "patch": BETTER[0]})
+        return "I think the assistant should try harder and be more helpful."
+
+
+def test_reflection_sees_only_train_and_junk_is_recorded_not_evaluated(tmp_path):
+    from mindforge.expansion import ReflectiveProposer
+
+    cfg = config(tmp_path, budget=1, patience=5, max_duplicates=5)
+    reflector = JunkThenGoodReflector()
+    solver = FakeSolver()
+    result, _, recs = _run(cfg, ReflectiveProposer(reflector, examples=3), solver)
+    assert [(r.outcome, r.refusal) for r in recs] == [("refused", "malformed"), ("accepted", None)]
+    assert "raw reply" in recs[0].reason and recs[0].rollouts == 0
+    assert recs[1].hypothesis == "answers are cut short"
+    splits = json.loads((Path(cfg.run_dir) / "cycles/1/expansion/inputs.json").read_text())["splits"]
+    held_out = set(splits["validation"]) | set(splits["test"])
+    tasks = {t.id: t for t in seed_tasks("L2")}
+    for prompt in reflector.prompts:
+        assert "Failures:" in prompt
+        assert not any(tasks[i].prompt[:60].replace("\n", " ") in prompt for i in held_out)
+    assert result.stop_kind == "budget"
+
+
+def test_harness_solver_scores_with_the_real_sandbox():
+    """The production solver's sandbox side, with a stand-in harness turn."""
+    from helpers import require
+
+    from mindforge.expansion.solve import HarnessSolver
+    from mindforge.sandbox import SandboxConfig, SandboxPool
+    from mindforge.update.rollouts import TurnOutcome
+
+    try:
+        import docker
+
+        docker.from_env().ping()
+        ok = True
+    except Exception:  # noqa: BLE001 - any failure means no engine
+        ok = False
+    require(ok, "Docker engine not reachable")
+    tasks = seed_tasks("L2")[:2] + seed_tasks("L0")[:1]
+
+    async def turn(task, seed, tools):
+        if task.output_kind == "text":
+            return TurnOutcome(answer=task.reference, hops=[], route="L0")
+        if task is tasks[0]:
+            return TurnOutcome(answer=f"Here you go:\n```python\n{task.reference}\n```", hops=[], route="L2")
+        return TurnOutcome(answer="def nothing():\n    return 1", hops=[], route="L2")  # no fence, wrong name
+
+    with SandboxPool(SandboxConfig(pool_size=2)) as pool:
+        got = HarnessSolver(lambda hcp: turn, pool).solve(load_hcp(DEFAULT), tasks, 1, 0)
+    by_task = {t.task_id: t for t in got}
+    assert by_task[tasks[0].id].reward == 1.0 and by_task[tasks[2].id].reward == 1.0
+    bad = by_task[tasks[1].id]
+    assert bad.reward == 0.0 and "no ```python code block" in bad.meta["format_problem"]
+    assert classify(tasks[1], bad)[0] == "format_error"

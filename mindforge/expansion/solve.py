@@ -75,6 +75,6 @@ class HarnessSolver:
         by_id = {t.id: t for t in tasks}
         out = []
         for tr in (t for g in groups for t in g):
-            problem = format_problem(by_id[tr.task_id], tr.answer) if tr.hops else None
+            problem = None if "dropped" in tr.meta else format_problem(by_id[tr.task_id], tr.answer)
             out.append(tr.model_copy(update={"meta": {**tr.meta, "format_problem": problem}}) if problem else tr)
         return out
