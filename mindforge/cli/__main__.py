@@ -1,0 +1,5 @@
+"""`python -m mindforge.cli` runs the `mindforge` command."""
+
+from mindforge.cli import main
+
+main()
