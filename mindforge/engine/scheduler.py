@@ -1,0 +1,304 @@
+"""Continuous batching: one thread owns the model and interleaves prefills with decode steps.
+
+Loop: take new work from the queue (requests and adapter loads/unloads),
+prefill admitted requests one at a time (each reusing the longest prefix the
+prefix cache holds for its adapter slot), then run one decode step over
+every running choice, adapters mixed in the batch (peft applies each row's
+adapter). A finished choice leaves the batch before the next step and its
+whole sequence (prompt and answer) goes into the prefix cache, so the next
+turn of the same conversation prefills only its new tokens.
+
+A request that arrives while others decode waits at most one decode step
+plus the prefills admitted ahead of it. ``n`` choices share one prefill: the
+prompt's keys/values are copied into ``n`` rows when they join.
+
+Adapter loads and unloads run on this thread between steps; an unloaded
+name disappears for new requests at once, and its weights and cache
+entries go when no running choice uses them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mindforge.engine import kv
+from mindforge.engine.metrics import Metrics
+from mindforge.engine.model import BASE_SLOT, EngineModel
+from mindforge.engine.prefix_cache import PrefixCache
+from mindforge.engine.sampling import draw, make_generator
+from mindforge.engine.sequence import GenerationRequest, GenerationResult, Row, UnknownModel
+from mindforge.errors import MindForgeError
+
+log = logging.getLogger(__name__)
+
+
+class AdapterNameError(MindForgeError):
+    pass
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str
+    path: str
+    slot: str
+
+
+@dataclass
+class _Admin:
+    op: str  # "load" | "unload"
+    name: str
+    path: Path | None
+    future: concurrent.futures.Future
+
+
+class Scheduler:
+    def __init__(self, model: EngineModel, base_name: str, *, max_batch: int = 32,
+                 prefix_cache_tokens: int = 32768, prefill_budget: int = 2048, metrics: Metrics | None = None):
+        self.model = model
+        self.base_name = base_name
+        self.max_batch = max_batch
+        self.prefill_budget = prefill_budget
+        self.metrics = metrics or Metrics()
+        self.cache = PrefixCache(prefix_cache_tokens)
+        self.adapters: dict[str, AdapterInfo] = {}  # replaced whole on change: readers need no lock
+        self._inbox: queue.Queue = queue.Queue()
+        self._waiting: deque[GenerationRequest] = deque()
+        self._rows: list[Row] = []
+        self._batch: kv.BatchKV | None = None
+        self._pending: dict[int, list[Row]] = {}  # id(request) -> its finished rows
+        self._retired_slots: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
+
+    # ------------------------------------------------------------ other threads
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._inbox.put(None)
+        self._thread.join(timeout)
+
+    def submit(self, request: GenerationRequest) -> concurrent.futures.Future:
+        self._inbox.put(request)
+        return request.future
+
+    def load_adapter(self, name: str, path: Path) -> concurrent.futures.Future:
+        admin = _Admin("load", name, Path(path), concurrent.futures.Future())
+        self._inbox.put(admin)
+        return admin.future
+
+    def unload_adapter(self, name: str) -> concurrent.futures.Future:
+        admin = _Admin("unload", name, None, concurrent.futures.Future())
+        self._inbox.put(admin)
+        return admin.future
+
+    def known_models(self) -> list[str]:
+        return [self.base_name, *self.adapters]
+
+    # ------------------------------------------------------------ scheduler thread
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            idle = not self._rows and not self._waiting
+            self._drain(block=idle)
+            try:
+                joining = self._admit()
+                self._regroup(joining)
+                if self._rows:
+                    self._step()
+                self._retire_slots()
+            except Exception as exc:
+                log.exception("engine step failed")
+                self._fail_running(exc)
+            self._update_gauges()
+
+    def _drain(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while item is not None:
+            if isinstance(item, _Admin):
+                self._admin(item)
+            else:
+                self._waiting.append(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _admin(self, item: _Admin) -> None:
+        try:
+            if item.op == "load":
+                item.future.set_result(self._load(item.name, item.path))
+            else:
+                item.future.set_result(self._unload(item.name))
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            item.future.set_exception(exc)
+
+    def _load(self, name: str, path: Path | None) -> AdapterInfo:
+        if not name or name == self.base_name or name in self.adapters:
+            why = "is the base model's name" if name == self.base_name else "is already loaded" if name else "is empty"
+            raise AdapterNameError(f"lora_name {name!r} {why}")
+        slot = self.model.load_adapter(Path(path))
+        info = AdapterInfo(name, str(path), slot)
+        self.adapters = {**self.adapters, name: info}
+        return info
+
+    def _unload(self, name: str) -> AdapterInfo:
+        if name not in self.adapters:
+            raise UnknownModel(name, list(self.adapters))
+        info = self.adapters[name]
+        self.adapters = {k: v for k, v in self.adapters.items() if k != name}
+        self._retired_slots.append(info.slot)
+        return info
+
+    def _retire_slots(self) -> None:
+        busy = {r.slot for r in self._rows}
+        for slot in [s for s in self._retired_slots if s not in busy]:
+            self.cache.drop_slot(slot)
+            self.model.delete_adapter(slot)
+            self._retired_slots.remove(slot)
+
+    def _admit(self) -> list[Row]:
+        joining: list[Row] = []
+        budget = self.prefill_budget
+        while self._waiting and budget > 0:
+            req = self._waiting[0]
+            if req.future.cancelled():
+                self._waiting.popleft()
+                continue
+            active = sum(r.finish_reason is None for r in self._rows) + len(joining)
+            if active and active + req.params.n > self.max_batch:
+                break
+            self._waiting.popleft()
+            try:
+                rows, cost = self._prefill(req)
+            except Exception as exc:  # noqa: BLE001 - the request fails, the engine keeps serving
+                self.metrics.inc("request_errors_total")
+                if not req.future.done():
+                    req.future.set_exception(exc)
+                continue
+            budget -= cost
+            joining += [r for r in rows if r.finish_reason is None]
+            for r in rows:
+                if r.finish_reason is not None:
+                    self._finish(r, None)
+        return joining
+
+    def _slot_for(self, name: str) -> tuple[str, object]:
+        if name == self.base_name:
+            return BASE_SLOT, BASE_SLOT
+        info = self.adapters.get(name)
+        if info is None:
+            raise UnknownModel(name, self.known_models())
+        return info.slot, info.slot
+
+    def _prefill(self, req: GenerationRequest) -> tuple[list[Row], int]:
+        slot, cache_key = self._slot_for(req.model)
+        t0 = time.perf_counter()
+        ids = req.prompt_ids
+        m = self.model
+        geo = m.geometry
+        prefix, p = self.cache.lookup(cache_key, ids, max_len=len(ids) - 1)
+        self.metrics.inc("requests_total")
+        self.metrics.inc("prompt_tokens_total", len(ids))
+        self.metrics.inc("prefix_cache_hits_total" if p else "prefix_cache_misses_total")
+        self.metrics.inc("prefill_tokens_saved_total", p)
+        self.metrics.inc("prefill_tokens_total", len(ids) - p)
+        if prefix is not None:
+            layers = kv.cache_from_prefix(prefix, len(ids))
+        else:
+            layers = kv.empty_cache(geo.num_layers, geo.kv_heads, geo.head_dim, len(ids), dtype=m.dtype,
+                                    device=m.device)
+        new_1_T = torch.tensor([ids[p:]], device=m.device)
+        mask_1_K = torch.ones((1, len(ids)), dtype=torch.long, device=m.device)
+        pos_1_T = torch.arange(p, len(ids), device=m.device)[None]
+        logits_1_V = m.forward(new_1_T, mask_1_K, pos_1_T, layers, [slot])
+        prompt_kv = kv.row_from_slabs(layers)
+        self.cache.insert(cache_key, ids, prompt_kv)
+        req.started_at, req.cached_tokens, req.prefill_s = t0, p, time.perf_counter() - t0
+        rows = []
+        for i in range(req.params.n):
+            seed = None if req.params.seed is None else req.params.seed + i
+            row = Row(req, i, slot, cache_key, make_generator(seed, m.device))
+            row.append(draw(logits_1_V[0], req.params, row.generator), m.tokenizer, m.eos_ids, geo.max_positions)
+            row.prompt_kv = prompt_kv
+            rows.append(row)
+        self.metrics.inc("generated_tokens_total", len(rows))
+        return rows, len(ids) - p
+
+    def _regroup(self, joining: list[Row]) -> None:
+        """Drop finished or abandoned rows and add the joining ones: one slab rebuild per change."""
+        keep = [i for i, r in enumerate(self._rows) if r.finish_reason is None and not r.request.future.cancelled()]
+        if not joining and len(keep) == len(self._rows):
+            return
+        joining_kv = [r.prompt_kv for r in joining]
+        for r in joining:
+            r.prompt_kv = None
+        self._batch = kv.rebuild(self._batch, keep, joining_kv)
+        self._rows = [self._rows[i] for i in keep] + joining
+
+    def _step(self) -> None:
+        m = self.model
+        batch = self._batch
+        assert batch is not None and batch.size == len(self._rows)
+        ids_B_1 = torch.tensor([[r.last_token] for r in self._rows], device=m.device)
+        mask_B_K, pos_B_1 = batch.decode_inputs(m.device)
+        logits_B_V = m.forward(ids_B_1, mask_B_K, pos_B_1, batch.layers, [r.slot for r in self._rows])
+        batch.advance()
+        self.metrics.inc("decode_steps_total")
+        self.metrics.batch_size.observe(len(self._rows))
+        self.metrics.inc("generated_tokens_total", len(self._rows))
+        for i, row in enumerate(self._rows):
+            row.append(draw(logits_B_V[i], row.params, row.generator), m.tokenizer, m.eos_ids,
+                       m.geometry.max_positions)
+            if row.finish_reason is not None:
+                self._finish(row, i)
+
+    def _finish(self, row: Row, batch_index: int | None) -> None:
+        """Cache the row's sequence (all but the last token have keys/values) and answer when all choices are in."""
+        if batch_index is not None and self._batch is not None:
+            seq = row.sequence[:-1]
+            row_kv = self._batch.row(batch_index)
+            if row_kv.length == len(seq):
+                self.cache.insert(row.cache_key, seq, row_kv.clone())
+        req = row.request
+        done = self._pending.setdefault(id(req), [])
+        done.append(row)
+        if len(done) < req.params.n:
+            return
+        del self._pending[id(req)]
+        if req.future.done():
+            return
+        m = self.model
+        choices = [r.result(m.tokenizer, m.eos_ids) for r in sorted(done, key=lambda r: r.index)]
+        result = GenerationResult(list(req.prompt_ids), choices, req.cached_tokens,
+                                  queue_s=max(0.0, req.started_at - req.submitted_at), prefill_s=req.prefill_s,
+                                  total_s=time.perf_counter() - req.submitted_at)
+        req.future.set_result(result)
+
+    def _fail_running(self, exc: Exception) -> None:
+        for row in self._rows:
+            if not row.request.future.done():
+                self.metrics.inc("request_errors_total")
+                row.request.future.set_exception(exc)
+            self._pending.pop(id(row.request), None)
+        self._rows, self._batch = [], None
+
+    def _update_gauges(self) -> None:
+        g = self.metrics.set
+        g("running_sequences", len(self._rows))
+        g("waiting_requests", len(self._waiting) + self._inbox.qsize())
+        g("prefix_cache_tokens", self.cache.tokens)
+        g("prefix_cache_entries", len(self.cache))
+        g("adapters_loaded", len(self.adapters))
