@@ -1,0 +1,127 @@
+"""The cycle's own logic with stand-in stages: order, hand-over between stages and cycles, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cycle_standins as standins
+import pytest
+from cycle_standins import BUILDERS, RUNNERS
+from helpers import REPO
+
+from mindforge.cycle import CycleConfig, load_cycle_config, next_cycle, run_cycle, run_cycles
+from mindforge.errors import InputError
+from mindforge.expansion.inputs import default_hcp_path
+from mindforge.hcp import hcp_hash, load_hcp
+from mindforge.store import RunDir
+
+
+def test_one_cycle_runs_the_stages_in_order_and_hands_the_hcp_on(tmp_path: Path) -> None:
+    result = run_cycle(CycleConfig(run_dir=tmp_path), 1, RUNNERS, builders=BUILDERS)
+    assert [c["stage"] for c in standins.calls(tmp_path)] == ["discovery", "expansion", "update"]
+    assert {k: v.status for k, v in result.stages.items()} == dict.fromkeys(("discovery", "expansion", "update"), "ran")
+    # Update starts from the HCP Expansion chose in the same cycle.
+    update_call = standins.calls(tmp_path)[2]
+    assert update_call["hcp"] == result.stages["expansion"].result["best_hcp_path"]
+    assert result.tasks_accepted == 3 and result.archive_tasks == 3
+    assert result.hcp_start == hcp_hash(load_hcp(default_hcp_path()))
+    assert result.hcp_after == result.stages["update"].result["hcp"] != result.hcp_best
+    assert result.adapter["version"] == "mf-L2-v0001" and result.validation["reward_after"] == 0.5
+    stored = json.loads((tmp_path / "cycles/1/summary.json").read_text())
+    assert stored["adapter"]["promoted"] is True
+    for stage in ("discovery", "expansion", "update"):
+        assert RunDir(tmp_path).is_done(1, stage)
+
+
+def test_the_next_cycle_starts_from_what_the_last_one_left(tmp_path: Path) -> None:
+    results = run_cycles(CycleConfig(run_dir=tmp_path, cycles=2), RUNNERS, builders=BUILDERS)
+    assert [r.cycle for r in results] == [1, 2]
+    second_expansion = [c for c in standins.calls(tmp_path) if c["stage"] == "expansion"][1]
+    assert second_expansion["start"] == results[0].stages["update"].result["hcp_path"]
+    assert results[1].hcp_start == results[0].hcp_after
+    assert results[1].archive_tasks == 3 + 6  # cycle 1's tasks stay in the archive
+    assert next_cycle(tmp_path) == 3
+    # A finished run asked again reads its summaries; nothing runs.
+    before = len(standins.calls(tmp_path))
+    again = run_cycles(CycleConfig(run_dir=tmp_path, cycles=2, first_cycle=1), RUNNERS, builders=BUILDERS)
+    assert [r.hcp_after for r in again] == [r.hcp_after for r in results]
+    assert len(standins.calls(tmp_path)) == before
+
+
+def test_a_failed_stage_is_where_the_rerun_starts(tmp_path: Path) -> None:
+    def broken(config):
+        raise RuntimeError("engine went away")
+
+    with pytest.raises(RuntimeError, match="engine went away"):
+        run_cycle(CycleConfig(run_dir=tmp_path), 1, {**RUNNERS, "expansion": broken},
+                  builders=standins.BUILDERS)
+    assert RunDir(tmp_path).is_done(1, "discovery") and not RunDir(tmp_path).is_done(1, "expansion")
+    assert not (tmp_path / "cycles/1/summary.json").exists()
+    result = run_cycle(CycleConfig(run_dir=tmp_path), 1, RUNNERS, builders=BUILDERS)
+    assert [c["stage"] for c in standins.calls(tmp_path)] == ["discovery", "expansion", "update"]
+    assert result.stages["discovery"].status == "resumed"
+    assert result.stages["expansion"].status == "ran"
+    assert result.tasks_accepted == 3  # the resumed stage's stored result still feeds the summary
+
+
+def test_without_discovery_the_stage_is_skipped(tmp_path: Path) -> None:
+    result = run_cycle(CycleConfig(run_dir=tmp_path, stages=("update", "expansion")), 1, RUNNERS, builders=BUILDERS)
+    assert result.stages["discovery"].status == "skipped"
+    assert [c["stage"] for c in standins.calls(tmp_path)] == ["expansion", "update"]
+    assert result.tasks_accepted is None
+
+
+def test_bad_stage_fields_are_refused_before_any_work(tmp_path: Path) -> None:
+    config = CycleConfig(run_dir=tmp_path, stages=("expansion", "update"), expansion={"budget": -1})
+    with pytest.raises(InputError, match=r"/expansion/budget"):
+        run_cycle(config, 1, RUNNERS, builders=BUILDERS)
+    with pytest.raises(InputError, match=r"/update/nonsense"):
+        run_cycle(CycleConfig(run_dir=tmp_path, stages=("update",), update={"nonsense": 1}), 1, RUNNERS, builders=BUILDERS)
+    assert standins.calls(tmp_path) == []
+    with pytest.raises(InputError, match=r"params.json:/expansion"):
+        load_cycle_config("params.json", {"run_dir": str(tmp_path), "expansion": {"cycle": 3}})
+    with pytest.raises(InputError, match=r"params.json:/cycles"):
+        load_cycle_config("params.json", {"run_dir": str(tmp_path), "cycles": 0})
+
+
+_KILLED_SCRIPT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import cycle_standins as s
+from mindforge.cycle import CycleConfig, run_cycle
+hang = Path({hang!r})
+runners = {{**s.RUNNERS, "expansion": lambda c: s.expansion(c, hang_file=hang)}}
+run_cycle(CycleConfig(run_dir=Path({run!r})), 1, runners, builders=s.BUILDERS)
+"""
+
+
+def test_killing_a_cycle_during_expansion_and_rerunning_resumes_there(tmp_path: Path) -> None:
+    run_dir, hang = tmp_path / "run", tmp_path / "expansion-started"
+    script = _KILLED_SCRIPT.format(tests=str(REPO / "tests"), hang=str(hang), run=str(run_dir))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not hang.exists():
+            assert proc.poll() is None, "the cycle process ended before reaching Expansion"
+            assert time.monotonic() < deadline, "Expansion never started"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert RunDir(run_dir).is_done(1, "discovery") and not RunDir(run_dir).is_done(1, "expansion")
+
+    result = run_cycle(CycleConfig(run_dir=run_dir), 1, RUNNERS, builders=BUILDERS)
+    stages = [(c["stage"], c["pid"] == os.getpid()) for c in standins.calls(run_dir)]
+    # Discovery ran once, in the killed process; Expansion starts over here, then Update.
+    assert stages == [("discovery", False), ("expansion", False), ("expansion", True), ("update", True)]
+    assert result.stages["discovery"].status == "resumed"
+    assert result.stages["expansion"].status == "ran" and result.stages["update"].status == "ran"
