@@ -124,6 +124,110 @@ def run_exec(client, container, argv: list[str], timeout_s: float, cap: int, use
     )
 
 
+class JudgeSession:
+    """A judge that stays up in a warm container and takes one job a line on its stdin.
+
+    One ``docker exec`` serves every job the container runs, so a job costs
+    neither an exec round trip nor an interpreter start. Records come back
+    on the exec's stdout (Docker's multiplexed frames); a job ends at its
+    nonce-tagged closing record, at the wall-clock limit (the container is
+    then killed, as for a one-shot exec) or when the stream ends (the judge
+    died: the caller inspects the container).
+    """
+
+    def __init__(self, client, container, user: str):
+        api = client.api
+        self._api, self._container = api, container
+        argv = ["python3", "-I", "-S", RUNNER, "--serve", "/work"]
+        self._exec_id = api.exec_create(container.id, argv, user=user, workdir="/work", stdin=True,
+                                        stdout=True, stderr=True)["Id"]
+        self._sock = api.exec_start(self._exec_id, socket=True)
+        self._raw = getattr(self._sock, "_sock", self._sock)
+        self._buf = b""
+        self.ended = False
+
+    def run(self, job: dict, timeout_s: float, cap: int) -> ExecResult:
+        nonce = job["nonce"]
+        closing = f"@@MF {nonce} ".encode()
+        start = time.monotonic()
+        deadline = start + timeout_s
+        lines: list[bytes] = []
+        size, truncated, timed_out = 0, False, False
+        try:
+            self._raw.sendall(json.dumps(job).encode() + b"\n")
+            while True:
+                line = self._readline(deadline)
+                if line is None:
+                    break
+                if size < cap:
+                    lines.append(line[: cap - size])
+                    truncated |= len(line) > cap - size
+                else:
+                    truncated = True
+                size += len(line)
+                if line.startswith(closing) and b'"done": true' in line:
+                    break
+        except TimeoutError:
+            timed_out = True
+            self.ended = True
+            try:
+                self._container.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        except OSError:
+            self.ended = True
+        code = None if not self.ended else self._api.exec_inspect(self._exec_id).get("ExitCode")
+        return ExecResult(stdout=b"".join(lines).decode("utf-8", "replace"), exit_code=code,
+                          timed_out=timed_out, truncated=truncated, duration_s=time.monotonic() - start)
+
+    def _readline(self, deadline: float) -> bytes | None:
+        """The next stdout line; None when the stream ended (the judge is gone)."""
+        while b"\n" not in self._buf:
+            frame = self._frame(deadline)
+            if frame is None:
+                self.ended = True
+                rest, self._buf = self._buf, b""
+                return rest or None
+            self._buf += frame
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line + b"\n"
+
+    def _frame(self, deadline: float) -> bytes | None:
+        while True:
+            header = self._exact(8, deadline)
+            if header is None:
+                return None
+            body = self._exact(int.from_bytes(header[4:8], "big"), deadline)
+            if body is None:
+                return None
+            if header[0] == 1:  # stdout; stderr decides nothing
+                return body
+
+    def _exact(self, n: int, deadline: float) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self._raw.settimeout(left)
+            try:
+                chunk = self._raw.recv(n - len(data))
+            except TimeoutError:
+                raise
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
 def judge(client, container, job: dict, config: SandboxConfig) -> ExecResult:
     argv = ["python3", "-I", "-S", RUNNER, "--in-container", "-"]
     return run_exec(client, container, argv, config.job_timeout_s, config.output_cap_bytes,

@@ -1,8 +1,13 @@
 """A warm pool of sandbox containers, and tool sessions.
 
+Each warm container runs one long-lived judge (``runner.py --serve``) that
+takes jobs on its stdin, so a job costs no ``docker exec`` and no interpreter
+start; test and candidate processes are forked from a zygote that has never
+seen a job (see the runner).
+
 Reuse rule: a container goes back to the pool only when the judge's closing
 record (nonce-tagged, so candidate code cannot fake it) says it reset the
-container, and the job ended by itself. The reset is sound because a job
+container and its zygote is intact, and the job ended by itself. The reset is sound because a job
 can change nothing but the tmpfs folders, its own processes and SysV IPC
 objects: the root filesystem is read-only, capabilities are dropped, and
 there is no network. The judge kills every process but PID 1, empties the
@@ -49,6 +54,7 @@ class SandboxPool:
         self._client = client
         self._idle: queue.Queue = queue.Queue()
         self._all: set = set()
+        self._judges: dict[str, ct.JudgeSession] = {}
         self._lock = threading.Lock()
         self.image: str | None = None
         self.recycled = 0
@@ -83,9 +89,20 @@ class SandboxPool:
         c = ct.start_container(self.client, self.image, self.config)
         with self._lock:
             self._all.add(c)
+        try:
+            judge = ct.JudgeSession(self.client, c, self.config.user)
+        except Exception:
+            self._discard(c)
+            raise
+        with self._lock:
+            self._judges[c.id] = judge
         return c
 
     def _discard(self, c) -> None:
+        with self._lock:
+            judge = self._judges.pop(c.id, None)
+        if judge is not None:
+            judge.close()
         ct.remove(c)
         with self._lock:
             self._all.discard(c)
@@ -94,6 +111,9 @@ class SandboxPool:
     def close(self) -> None:
         with self._lock:
             containers, self._all = list(self._all), set()
+            judges, self._judges = list(self._judges.values()), {}
+        for j in judges:
+            j.close()
         for c in containers:
             ct.remove(c)
         while not self._idle.empty():
@@ -136,11 +156,13 @@ class SandboxPool:
         try:
             nonce, job = build_job(task, candidate, self.config.test_timeout_s)
             try:
-                res = ct.judge(self.client, c, job, self.config)
+                res = self._judges[c.id].run(job, self.config.job_timeout_s, self.config.output_cap_bytes)
             except Exception as exc:  # noqa: BLE001 - daemon or API failure: not the candidate's doing
                 return infra_verdict(task, f"docker: {type(exc).__name__}: {exc}", time.monotonic() - start)
             out = JobOutput(nonce, res.stdout)
-            state = ct.container_state(c)
+            # A closing record means the judge ran to the end in a live container;
+            # only otherwise is the daemon asked what happened (a round trip per job).
+            state = {"Running": True} if out.done is not None else ct.container_state(c)
             if out.done is None and not res.timed_out and state.get("Running"):
                 # The judge died: the candidate's doing (OOM, a kill) or the container's
                 # death from outside, which the daemon may not have recorded yet.
@@ -150,7 +172,7 @@ class SandboxPool:
                 return infra_verdict(task, f"sandbox container stopped from outside during the job ({why})",
                                      time.monotonic() - start)
             log = _log(res, out)
-            keep = out.clean and not res.timed_out and res.exit_code == 0
+            keep = out.clean and not res.timed_out and not self._judges[c.id].ended
             return verdict_from(task, out, time.monotonic() - start, res.timed_out, log)
         finally:
             if keep:

@@ -45,6 +45,7 @@ RUNNER = os.path.abspath(__file__)
 PY = [sys.executable, "-I", "-S"]
 MAX_RESULT_BYTES = 1 << 20
 MAX_MESSAGE = 2000
+CANDIDATE_FDS = ()  # (request writer, reply reader) when the zygote forked this test process
 
 
 # ---------------------------------------------------------------- plain data
@@ -301,15 +302,19 @@ class Candidate:
 
     def __init__(self, source, deadline):
         self.deadline = deadline
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        self.proc = subprocess.Popen(
-            PY + [RUNNER, "--candidate", str(req_r), str(rep_w)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(req_r, rep_w), cwd=os.getcwd(),
-        )
-        os.close(req_r)
-        os.close(rep_w)
+        self.proc = None
+        if CANDIDATE_FDS:  # forked by the zygote: the judge started the candidate beside us
+            req_w, rep_r = CANDIDATE_FDS
+        else:
+            req_r, req_w = os.pipe()
+            rep_r, rep_w = os.pipe()
+            self.proc = subprocess.Popen(
+                PY + [RUNNER, "--candidate", str(req_r), str(rep_w)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(req_r, rep_w), cwd=os.getcwd(),
+            )
+            os.close(req_r)
+            os.close(rep_w)
         self.req = os.fdopen(req_w, "wb", buffering=0)
         self.rep = os.fdopen(rep_r, "rb", buffering=0)
         _send(self.req, {"source": source})
@@ -342,6 +347,8 @@ class Candidate:
         return call
 
     def close(self):
+        if self.proc is None:  # the judge kills a zygote-forked candidate
+            return
         try:
             self.proc.kill()
         except OSError:
@@ -422,7 +429,8 @@ def test_namespace(job, deadline):
 
 
 def test_main():
-    _no_dump()
+    if not CANDIDATE_FDS:  # a zygote fork inherited the flag already
+        _no_dump()
     job = json.loads(sys.stdin.buffer.read())
     deadline = time.monotonic() + job["timeout_s"]
     out = os.fdopen(os.dup(1), "w")
@@ -460,46 +468,198 @@ def _where(exc, code):
     return "assertion failed"
 
 
+# ---------------------------------------------------------------- zygote
+class Zygote:
+    """A clean process that forks test and candidate processes on request.
+
+    It is forked before the judge reads any job, so nothing it forks has ever
+    held a nonce, a test or another job in memory: a candidate that reads its
+    own memory finds only this file. A fork costs about a millisecond where a
+    fresh interpreter costs tens, which is most of a warm job's time.
+    """
+
+    def __init__(self):
+        import socket
+
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            _zygote_loop(theirs)
+            os._exit(0)
+        theirs.close()
+        self.pid, self.sock = pid, mine
+
+    def spawn(self, role, cwd, fds):
+        """Fork a ``role`` process ("test" or "candidate") owning ``fds``; its pid, or None."""
+        import socket
+
+        try:
+            socket.send_fds(self.sock, [json.dumps({"role": role, "cwd": cwd}).encode()], fds)
+            reply = self.sock.recv(64)
+        except OSError:
+            return None
+        return int(reply) if reply.isdigit() else None
+
+    def alive(self):
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+
+    def close(self):
+        self.sock.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+
+
+def _zygote_loop(sock):
+    import socket
+
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked processes are reaped by the kernel
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # nothing forked from here may write to the judge's stdout
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+        except OSError:
+            return
+        if not msg:
+            return
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setsid()  # its own process group: the judge kills it and all it started at once
+            try:
+                _forked_main(json.loads(msg), fds)
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        sock.send(str(pid).encode())
+
+
+def _forked_main(request, fds):
+    global CANDIDATE_FDS
+    os.chdir(request["cwd"])
+    if request["role"] == "candidate":
+        candidate_main(fds[0], fds[1])
+        return
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    os.close(fds[0])
+    os.close(fds[1])
+    CANDIDATE_FDS = tuple(fds[2:4])
+    test_main()
+
+
 # ---------------------------------------------------------------- judge
-def run_test(job, test, timeout_s):
-    payload = json.dumps({
+def _test_payload(job, test, timeout_s):
+    return json.dumps({
         "kind": job["kind"], "candidate": job["candidate"], "setup": job.get("setup", ""),
         "tool_impl": job.get("tool_impl", ""), "name": test["name"], "code": test["code"],
         "timeout_s": timeout_s,
     }).encode()
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        PY + [RUNNER, "--test"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(payload, timeout=timeout_s + 1.0)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return {"outcome": "timeout", "message": f"test exceeded {timeout_s:.1f}s"}, time.monotonic() - start
-    finally:
-        _kill_group(proc)
+
+
+def _parse_result(out, why):
     try:
         result = json.loads(out[:MAX_RESULT_BYTES])
         assert result["outcome"] in ("pass", "fail", "error", "timeout")
+        return result
     except Exception:  # noqa: BLE001 - no well-formed report: the test did not finish
-        code = proc.returncode
-        why = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        result = {"outcome": "error", "message": f"test process ended without a result ({why})"}
-    return result, time.monotonic() - start
+        return {"outcome": "error", "message": f"test process ended without a result ({why})"}
 
 
-def _kill_group(proc):
+def run_test(zygote, job, test, timeout_s):
+    """One test in a forked test process (and candidate process, for functions)."""
+    start = time.monotonic()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    theirs, pids = [in_r, out_w], []
+    test_fds = [in_r, out_w]
+    if job["kind"] == "function":
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        theirs += [req_r, rep_w, req_w, rep_r]
+        pids.append(zygote.spawn("candidate", os.getcwd(), [req_r, rep_w]))
+        test_fds += [req_w, rep_r]
+    pids.append(zygote.spawn("test", os.getcwd(), test_fds))
+    for fd in theirs:
+        os.close(fd)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if None in pids:
+            return {"outcome": "error", "message": "the sandbox could not start the test"}, 0.0
+        _write_all(in_w, _test_payload(job, test, timeout_s))
+        os.close(in_w)
+        in_w = None
+        out, finished = _read_until_eof(out_r, start + timeout_s + 1.0)
+        if not finished:
+            return {"outcome": "timeout", "message": f"test exceeded {timeout_s:.1f}s"}, time.monotonic() - start
+        return _parse_result(out, "it exited or was killed"), time.monotonic() - start
+    finally:
+        if in_w is not None:
+            os.close(in_w)
+        os.close(out_r)
+        for pid in pids:
+            if pid:
+                _kill_group(pid)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:  # the test process is gone; its missing result says so
+        pass
+
+
+def _read_until_eof(fd, deadline):
+    chunks, size = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return b"".join(chunks), False
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks), True
+        if size < MAX_RESULT_BYTES:
+            chunks.append(chunk)
+        size += len(chunk)
+
+
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
+
+
+def judge_job(job, workdir, zygote, out):
+    """Run every test of ``job``, writing one nonce-tagged record per test to ``out``."""
+    nonce = job.pop("nonce")
+    rundir = os.path.join(workdir, "run")
+    os.makedirs(rundir, exist_ok=True)
+    os.chdir(rundir)
+    for test in job["tests"]:
+        result, took = run_test(zygote, job, test, float(job.get("timeout_s", 5.0)))
+        record = {"test": test["name"], "duration_s": round(took, 4), **result}
+        out.write(f"@@MF {nonce} {json.dumps(record)}\n")
+        out.flush()
+    os.chdir(workdir)
+    return nonce
 
 
 def judge_main(job_path, in_container):
     """Judge the job read from ``job_path`` (``-``: stdin; a file is deleted once read)."""
     _no_dump()
+    zygote = Zygote()  # before the job is read: see Zygote
     if job_path == "-":
         job = json.loads(sys.stdin.buffer.read())
         workdir = os.getcwd()
@@ -508,22 +668,37 @@ def judge_main(job_path, in_container):
             job = json.load(fh)
         os.unlink(job_path)
         workdir = os.path.dirname(os.path.abspath(job_path))
-    nonce = job.pop("nonce")
-    rundir = os.path.join(workdir, "run")
-    os.makedirs(rundir, exist_ok=True)
-    os.chdir(rundir)
-    out = sys.stdout
-    for test in job["tests"]:
-        result, took = run_test(job, test, float(job.get("timeout_s", 5.0)))
-        record = {"test": test["name"], "duration_s": round(took, 4), **result}
-        out.write(f"@@MF {nonce} {json.dumps(record)}\n")
-        out.flush()
-    clean = reset_container(os.path.dirname(rundir)) if in_container else True
-    out.write(f"@@MF {nonce} {json.dumps({'done': True, 'clean': clean})}\n")
-    out.flush()
+    nonce = judge_job(job, workdir, zygote, sys.stdout)
+    clean = reset_container(workdir, keep=(zygote.pid,)) if in_container else True
+    zygote.close()
+    sys.stdout.write(f"@@MF {nonce} {json.dumps({'done': True, 'clean': clean})}\n")
+    sys.stdout.flush()
 
 
-def reset_container(workdir):
+def serve_main(workdir):
+    """Judge jobs read from stdin, one JSON object a line, until stdin closes.
+
+    A warm container keeps this process and its zygote between jobs, so a job
+    costs neither a ``docker exec`` nor an interpreter start. After each job
+    the container is reset (see ``reset_container``); the closing record says
+    whether that worked and whether the zygote is still intact, and the host
+    recycles the container otherwise.
+    """
+    _no_dump()
+    zygote = Zygote()
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            break
+        job = json.loads(line)
+        nonce = judge_job(job, workdir, zygote, sys.stdout)
+        clean = reset_container(workdir, keep=(zygote.pid,)) and zygote.alive()
+        sys.stdout.write(f"@@MF {nonce} {json.dumps({'done': True, 'clean': clean})}\n")
+        sys.stdout.flush()
+    zygote.close()
+
+
+def reset_container(workdir, keep=()):
     """Leave the container as it started: only PID 1 and us alive, writable places empty.
 
     The root filesystem is read-only and the network is off, so the writable
@@ -532,8 +707,9 @@ def reset_container(workdir):
     recycles the container instead of reusing it.
     """
     me = os.getpid()
-    for _ in range(3):
-        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:  # killed processes take a moment to leave /proc
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me, *keep)]
         if not others:
             break
         for pid in others:
@@ -541,8 +717,8 @@ def reset_container(workdir):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        time.sleep(0.05)
-    clean = not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        time.sleep(0.002)
+    clean = not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me, *keep)]
     import shutil
 
     for folder in (workdir, "/tmp", "/dev/shm"):
@@ -606,6 +782,8 @@ if __name__ == "__main__":
         test_main()
     elif sys.argv[1:2] == ["--tool-call"]:
         tool_call_main(sys.argv[2])
+    elif sys.argv[1:2] == ["--serve"]:
+        serve_main(sys.argv[2])
     elif sys.argv[1:2] == ["--in-container"]:
         judge_main(sys.argv[2], in_container=True)
     else:
