@@ -89,3 +89,83 @@ class DiscoveryConfig:
 
 
 BUILDERS = {"discovery": lambda config, cycle, records: DiscoveryConfig(config.run_dir, cycle)}
+
+
+# ------------------------------------------------------------------ full-shape stand-ins for the flows
+def trajectories(task_ids: list[str], hcp_version: str, route: str = "L2") -> list[Any]:
+    """Real Trajectory records (one route hop, one answer hop), half of them passing."""
+    from mindforge.tasks.models import (
+        Hop,
+        TestOutcome,
+        TestResult,
+        Trajectory,
+        Verdict,
+        VerdictStatus,
+    )
+
+    out = []
+    for i, task_id in enumerate(task_ids):
+        ok = i % 2 == 0
+        verdict = Verdict(task_id=task_id, status=VerdictStatus.PASS if ok else VerdictStatus.FAIL,
+                          tests=(TestResult(name="test_0", outcome=TestOutcome.PASS if ok else TestOutcome.FAIL,
+                                            message="" if ok else "assert add(2, 2) == 4"),))
+        hops = (Hop(kind="route", route="L0", adapter="mf-L0-v0000", prompt_ids=(1, 2, 3), completion_ids=(4,),
+                    logprobs=(-0.1,), finish_reason="stop", text=f"model_id={route}"),
+                Hop(kind="answer", route=route, adapter=f"mf-{route}-v0000", prompt_ids=(1, 2), completion_ids=(5, 6),
+                    logprobs=(-0.2, -0.3), finish_reason="stop", text=f"def add(a, b):\n    return a + b  # {i}"))
+        out.append(Trajectory(task_id=task_id, hcp_version=hcp_version, route=route, sample=0, seed=i,
+                              hops=hops, answer=hops[1].text, verdict=verdict, reward=1.0 if ok else 0.0))
+    return out
+
+
+def expansion_full(config: Any) -> dict[str, Any]:
+    """An ExpansionResult of the real shape, with trajectory shards and an HCP that changed."""
+    from mindforge.expansion.records import ExpansionResult
+    from mindforge.hcp import diff_documents
+
+    base = expansion(config)
+    folder = RunDir(config.run_dir).stage(config.cycle, "expansion")
+    trs = trajectories([f"t-{config.cycle}{i:015d}" for i in range(4)], base["best_hcp"])
+    write_parquet(trs, folder / "trajectories" / "test-0000.parquet")
+    from mindforge.expansion.inputs import start_hcp_path
+
+    start_doc = load_hcp(start_hcp_path(config)).to_document()
+    best_doc = load_hcp(Path(base["best_hcp_path"])).to_document()
+    diff = diff_documents(start_doc, best_doc, "start.hcp.json", "best.hcp.json")
+    score = {"mean": 0.5, "se": 0.25, "n": 4}
+    result = ExpansionResult(
+        cycle=config.cycle, start_hcp=base["start_hcp"], best_hcp=base["best_hcp"],
+        start_hcp_path=str(start_hcp_path(config)), best_hcp_path=base["best_hcp_path"],
+        stop_reason="budget spent (1 candidate)", stop_kind="budget", proposals=1, candidates=1, accepted=1,
+        refused=0, rollouts=8, noise_floor=0.0,
+        validation={"start": {**score, "mean": 0.25}, "best": score, "gain": 0.25, "se": 0.1},
+        test={"start": {**score, "mean": 0.25}, "best": score, "gain": 0.25, "se": 0.1},
+        diff_markdown=diff.markdown(), changed_paths=list(diff.paths),
+        candidate_rows=[{"index": 0, "proposer": "scripted", "hash": base["best_hcp"], "decision": "accepted"}],
+        trajectory_rows=[], audit_rows=[], files={"trajectories": str(folder / "trajectories")}, elapsed_s=1.0,
+    )
+    data = result.model_dump(mode="json")
+    RunDir(config.run_dir).mark_done(config.cycle, "expansion", data)
+    return data
+
+
+def update_full(config: Any) -> dict[str, Any]:
+    from mindforge.update.stage import UpdateResult
+
+    base = update(config)
+    folder = RunDir(config.run_dir).stage(config.cycle, "update") / "trajectories"
+    trs = trajectories([f"t-{config.cycle}{i:015d}" for i in range(2)], base["hcp"])
+    write_parquet(trs, folder / "validation-after.parquet")
+    adapter = Path(config.run_dir) / "adapters" / config.route / f"v{config.cycle:04d}"
+    adapter.mkdir(parents=True, exist_ok=True)
+    result = UpdateResult(
+        route=config.route, version=base["version"], candidate=base["candidate"], promoted=True, parity=None,
+        reward_before=0.25, reward_after=0.5, se=0.1, se_before=0.2, se_after=0.2, validation_tasks=2,
+        hcp=base["hcp"], hcp_path=Path(base["hcp_path"]),
+        curve=({"step": 0, "mean_reward": 0.5, "loss": 0.1, "kl": 0.0, "clip_fraction": 0.0, "tokens": 64,
+                "groups": 2, "skipped_groups": 0, "dropped": 0, "seconds": 1.0},),
+        adapter_path=adapter, trajectories=folder, tasks_source="seed_tasks",
+    )
+    data = result.model_dump(mode="json")
+    RunDir(config.run_dir).mark_done(config.cycle, "update", data)
+    return data

@@ -1,0 +1,78 @@
+"""The Expansion stage as a Prefect flow: run it (or resume it), then publish what it did.
+
+Artifacts (keys stable per cycle): ``cycle-N-hcp-diff`` (markdown with a
+diff block), ``cycle-N-expansion-candidates`` (every proposal: scores ± SE,
+decision), ``cycle-N-expansion-trajectories`` (+ a page per shown
+trajectory), ``cycle-N-expansion-summary``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from flows import artifacts
+from flows.publish import publish_trajectories
+from mindforge.expansion.config import ExpansionConfig
+
+
+def hcp_diff_markdown(result: dict[str, Any]) -> str:
+    head = [f"# HCP change in cycle {result['cycle']}", "",
+            (f"Start `{result['start_hcp']}` → best `{result['best_hcp']}`: {result['accepted']} of "
+            f"{result['candidates']} evaluated candidates accepted; stop: {result['stop_reason']}."), "",
+            f"Best HCP file: `{result['best_hcp_path']}`", ""]
+    return "\n".join(head) + result["diff_markdown"] + "\n"
+
+
+def _se(se: float | None) -> str:
+    return "n/a" if se is None else f"{se:.3f}"
+
+
+def summary_markdown(result: dict[str, Any]) -> str:
+    test, val = result["test"], result["validation"]
+
+    def score(r: dict[str, Any]) -> str:
+        return f"{r['mean']:.3f} ± {_se(r.get('se'))} (n={r['n']})"
+
+    facts = {
+        "start HCP": result["start_hcp"], "best HCP": result["best_hcp"],
+        "proposals": result["proposals"], "evaluated": result["candidates"], "accepted": result["accepted"],
+        "refused by policy": result["refused"], "rollouts": result["rollouts"],
+        "noise floor": result["noise_floor"], "stop": result["stop_reason"],
+        "validation start": score(val["start"]), "validation best": score(val["best"]),
+        "test start": score(test["start"]), "test best": score(test["best"]),
+        "test gain (paired SE)": f"{test['gain']:+.3f} ({_se(test['se'])})",
+        "seconds": result["elapsed_s"],
+    }
+    c = result["cycle"]
+    notes = [f"HCP diff: artifact `{artifacts.key(c, 'hcp-diff')}`",
+             f"trajectories: artifact `{artifacts.key(c, 'expansion-trajectories')}`"]
+    notes += [f"{name}: `{path}`" for name, path in result["files"].items()]
+    return artifacts.summary_markdown(f"Expansion, cycle {c}", facts, notes)
+
+
+def publish(result: dict[str, Any]) -> None:
+    c = result["cycle"]
+    artifacts.markdown(c, "hcp-diff", hcp_diff_markdown(result), f"HCP diff of cycle {c} (start → best)")
+    if result["candidate_rows"]:
+        artifacts.table(c, "expansion-candidates", result["candidate_rows"],
+                        f"every HCP edit proposed in cycle {c}, with its validation score and decision")
+    publish_trajectories(c, "expansion", Path(result["files"]["trajectories"]))
+    artifacts.markdown(c, "expansion-summary", summary_markdown(result), f"Expansion of cycle {c}")
+
+
+@flow(name="expansion", log_prints=True, persist_result=True)
+def expansion_flow(config: ExpansionConfig, engine_url: str | None = None) -> dict[str, Any]:
+    """Solve the cycle's tasks through the HCP, audit, and edit the HCP while gains are real."""
+    from mindforge.cycle.runtime import expansion_runner
+    from mindforge.settings import load_settings
+
+    logger = get_run_logger()
+    settings = load_settings()
+    if engine_url:
+        settings = settings.model_copy(update={"engine_url": engine_url})
+    result = dict(expansion_runner(settings, logger.info)(config))
+    publish(result)
+    return result

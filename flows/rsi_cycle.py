@@ -1,0 +1,122 @@
+"""The RSI cycle flow: N cycles, each a subflow running Discovery, Expansion and Update as subflows.
+
+``rsi_cycle(params)`` is what ``prefect deployment run 'rsi-cycle/embedded'``
+starts. Resume and hand-over are ``mindforge.cycle``'s (stage ``DONE.json``
+files, ``summary.json`` per cycle), so retrying a failed flow run with the
+same parameters starts at the stage that failed. Before the first cycle the
+model folder and the sandbox image are prepared concurrently as tasks; one
+engine then serves every stage of the run (reused when one already runs).
+Each stage subflow gets the task runner the parameters name (thread pool,
+or Dask/Ray on a cluster) for its fan-out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+
+from flows import artifacts
+from flows.expansion import expansion_flow
+from flows.task_runners import make_task_runner
+from flows.update import update_flow
+from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
+from mindforge.cycle.core import StageRunner
+from mindforge.settings import Settings
+
+
+@task(name="prepare-model", retries=1)
+def prepare_model(settings: Settings) -> str:
+    from mindforge.cycle.parts import need
+
+    return str(need("mindforge.engine.registry", "resolve_model")(settings.model, settings))
+
+
+@task(name="prepare-sandbox-image", retries=1)
+def prepare_sandbox() -> str:
+    from mindforge.sandbox import SandboxConfig, ensure_image
+
+    return ensure_image(SandboxConfig())
+
+
+def prepare(settings: Settings) -> None:
+    """Model conversion and image build are independent and slow on first use: run them side by side."""
+    for future in (prepare_model.submit(settings), prepare_sandbox.submit()):
+        future.result()
+
+
+@contextmanager
+def engine_for_run(settings: Settings, params: CycleConfig, first: int, log: Callable[[str], None]) -> Iterator[Settings]:
+    from mindforge.cycle.runtime import cycle_engine
+
+    with cycle_engine(settings, params.run_dir, first, log) as live:
+        yield live
+
+
+def stage_runners(params: CycleConfig, engine_url: str | None) -> dict[str, StageRunner]:
+    """Each stage as a subflow on the task runner the parameters name."""
+    from mindforge.cycle.parts import need
+
+    def runner() -> Any:
+        return make_task_runner(params.task_runner, params.max_workers, params.task_runner_options)
+
+    def discovery(config: Any) -> dict[str, Any]:
+        stage_flow = need("flows.discovery", "discovery_flow")
+        return dict(stage_flow.with_options(task_runner=runner())(config, engine_url=engine_url))
+
+    return {
+        "discovery": discovery,
+        "expansion": lambda config: expansion_flow.with_options(task_runner=runner())(config, engine_url=engine_url),
+        "update": lambda config: update_flow.with_options(task_runner=runner())(config, engine_url=engine_url),
+    }
+
+
+def summary_markdown(result: CycleResult) -> str:
+    c = result.cycle
+    val = result.validation
+    facts = {
+        "tasks accepted": result.tasks_accepted if result.tasks_accepted is not None else "discovery skipped",
+        "by family": ", ".join(f"{k} {v}" for k, v in sorted(result.tasks_by_family.items())) or "-",
+        "task archive (all cycles)": result.archive_tasks,
+        "HCP start → best → after": f"{result.hcp_start} → {result.hcp_best} → {result.hcp_after}",
+        "HCP fields changed": ", ".join(result.hcp_changed_paths) or "none",
+        "expansion test start → best": f"{result.expansion_test.get('start')} → {result.expansion_test.get('best')}",
+        "adapter": f"{result.adapter.get('version', '-')} ({'promoted' if result.adapter.get('promoted') else 'kept'})",
+        "validation before → after": f"{val.get('reward_before')} → {val.get('reward_after')} (paired SE {val.get('se')})",
+        "stages": ", ".join(f"{k} {v.status} {v.seconds:.0f}s" for k, v in result.stages.items()),
+        "seconds": result.seconds,
+    }
+    links = [f"[{what}](/artifacts/key/{artifacts.key(c, what)})"
+             for what in ("hcp-diff", "expansion-summary", "expansion-trajectories", "update-summary",
+                          "update-trajectories", "discovery-summary")]
+    return artifacts.summary_markdown(f"RSI cycle {c}", facts, [" · ".join(links)])
+
+
+@flow(name="cycle", flow_run_name="cycle-{cycle}", log_prints=True, persist_result=True)
+def cycle_flow(params: CycleConfig, cycle: int, engine_url: str | None = None) -> dict[str, Any]:
+    """One cycle; stages already finished in this run directory are read back, not run."""
+    logger = get_run_logger()
+    result = run_cycle(params, cycle, stage_runners(params, engine_url), log=logger.info)
+    artifacts.markdown(cycle, "summary", summary_markdown(result), f"RSI cycle {cycle}: the stages together")
+    return result.model_dump(mode="json")
+
+
+@flow(name="rsi-cycle", log_prints=True, persist_result=True)
+def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
+    """Run ``params.cycles`` RSI cycles, each from the HCP, adapters and task archive the last one left."""
+    from mindforge.settings import load_settings
+
+    logger = get_run_logger()
+    settings = load_settings()
+    first = params.first_cycle or next_cycle(params.run_dir)
+    params = params.model_copy(update={"first_cycle": first})
+    logger.info(f"run {params.run_dir}: cycles {first}..{first + params.cycles - 1}, stages {params.stages}")
+    prepare(settings)
+    with engine_for_run(settings, params, first, logger.info) as live:
+        results = run_cycles(
+            params, {}, logger.info,
+            one_cycle=lambda cfg, n: CycleResult.model_validate(cycle_flow(cfg, n, engine_url=live.engine_url)),
+        )
+    return [r.facts() for r in results]

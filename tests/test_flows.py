@@ -1,0 +1,108 @@
+"""The flows under prefect_test_harness with stand-in stages: subflows, resume, artifacts read back."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import cycle_standins as standins
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+import flows.rsi_cycle as rsi
+from flows.task_runners import make_task_runner
+from mindforge.cycle import CycleConfig, runtime
+from mindforge.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def stand_in_stages(monkeypatch):
+    """The real flows around stand-in stage functions; no engine, no model, no image."""
+    monkeypatch.setattr(runtime, "expansion_runner", lambda settings, log: standins.expansion_full)
+    monkeypatch.setattr(runtime, "update_runner", lambda settings, log, progress=None: standins.update_full)
+    monkeypatch.setattr(rsi, "prepare", lambda settings: None)
+
+    @contextmanager
+    def no_engine(settings, params, first, log):
+        yield settings.model_copy(update={"engine_url": "http://127.0.0.1:9"})
+
+    monkeypatch.setattr(rsi, "engine_for_run", no_engine)
+
+
+def artifacts_by_key(keys: list[str]) -> dict[str, object]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
+    return {a.key: a for a in found}
+
+
+def test_the_cycle_flow_runs_stage_subflows_and_publishes(harness, stand_in_stages, tmp_path: Path) -> None:
+    params = CycleConfig(run_dir=tmp_path, cycles=2, stages=("expansion", "update"))
+    facts = rsi.rsi_cycle(params)
+    assert [f["cycle"] for f in facts] == [1, 2]
+    assert facts[1]["hcp_start"] == facts[0]["hcp_after"]
+    assert facts[0]["adapter"]["version"] == "mf-L2-v0001" and facts[1]["adapter"]["version"] == "mf-L2-v0002"
+
+    found = artifacts_by_key(["cycle-1-hcp-diff", "cycle-1-summary", "cycle-1-expansion-trajectories",
+                              "cycle-1-update-curve", "cycle-1-update-summary", "cycle-2-summary",
+                              "cycle-1-expansion-candidates", "cycle-1-adapter"])
+    assert set(found) == {"cycle-1-hcp-diff", "cycle-1-summary", "cycle-1-expansion-trajectories",
+                          "cycle-1-update-curve", "cycle-1-update-summary", "cycle-2-summary",
+                          "cycle-1-expansion-candidates", "cycle-1-adapter"}
+    diff = found["cycle-1-hcp-diff"].data
+    assert "```diff" in diff and "/agents_md" in diff and "+" in diff
+    summary = found["cycle-1-summary"].data
+    assert "mf-L2-v0001 (promoted)" in summary and "0.25 → 0.5" in summary
+    assert "/artifacts/key/cycle-1-hcp-diff" in summary
+
+    import json
+
+    table = found["cycle-1-expansion-trajectories"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert len(rows) == 4 and {r["verdict"] for r in rows} == {"pass", "fail"}
+    # Each row leads to the whole trajectory: its page and its dataset shard.
+    first = rows[0]
+    assert first["dataset"].endswith("test-0000.parquet") and Path(first["dataset"]).is_file()
+    page_key = first["detail"].rsplit("/", 1)[-1]
+    page = artifacts_by_key([page_key])[page_key].data
+    assert first["trajectory"] in page and "## Hop 1: answer on L2" in page and "def add" in page
+
+
+def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stages, tmp_path: Path) -> None:
+    calls = []
+
+    def broken_update(config):
+        calls.append(config.cycle)
+        raise RuntimeError("trainer crashed")
+
+    params = CycleConfig(run_dir=tmp_path, stages=("expansion", "update"))
+    original = runtime.update_runner
+    runtime.update_runner = lambda settings, log, progress=None: broken_update
+    try:
+        with pytest.raises(RuntimeError, match="trainer crashed"):
+            rsi.rsi_cycle(params)
+    finally:
+        runtime.update_runner = original
+    assert calls == [1]
+    expansions = [c for c in standins.calls(tmp_path) if c["stage"] == "expansion"]
+    facts = rsi.rsi_cycle(params)
+    assert facts[0]["stages"] == {"discovery": "skipped", "expansion": "resumed", "update": "ran"}
+    assert [c for c in standins.calls(tmp_path) if c["stage"] == "expansion"] == expansions
+
+
+def test_task_runners_are_chosen_by_name() -> None:
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    assert isinstance(make_task_runner("thread", 3), ThreadPoolTaskRunner)
+    with pytest.raises(InputError, match="prefect-dask"):
+        make_task_runner("dask", options={"address": "tcp://127.0.0.1:8786"})
+    with pytest.raises(InputError, match="unknown task runner"):
+        make_task_runner("spark")
