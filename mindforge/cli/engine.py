@@ -1,7 +1,65 @@
-"""`mindforge engine ...`."""
+"""`mindforge engine serve`: the embedded multi-LoRA engine (also `python -m mindforge.engine serve`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="engine commands.", no_args_is_help=True)
+from mindforge.cli._common import user_errors
+from mindforge.errors import InputError
+
+app = typer.Typer(help="The embedded OpenAI-compatible multi-LoRA engine.", no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Keeps `serve` a named subcommand (typer collapses a lone command otherwise)."""
+
+
+def parse_adapters(specs: list[str]) -> dict[str, Path]:
+    adapters: dict[str, Path] = {}
+    for i, spec in enumerate(specs):
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise InputError("--adapter", str(i + 1), f"{spec!r}: expected NAME=PATH")
+        if name in adapters:
+            raise InputError("--adapter", str(i + 1), f"{name!r} is given twice")
+        adapters[name] = Path(path).expanduser()
+    return adapters
+
+
+@app.command()
+@user_errors()
+def serve(
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Registry name or local model folder [default: settings.model].")] = None,
+    adapter: Annotated[list[str] | None, typer.Option(
+        "--adapter", help="NAME=PATH of a peft LoRA folder; repeatable.")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Bind address [default: settings.host].")] = None,
+    port: Annotated[int | None, typer.Option(
+        "--port", help="Port; 0 picks a free one [default: settings.engine_port].")] = None,
+    port_file: Annotated[Path | None, typer.Option(
+        "--port-file", help="Write the bound port here once listening.")] = None,
+    device: Annotated[str | None, typer.Option(
+        "--device", help="torch device [default: cuda when available, else cpu].")] = None,
+    served_model_name: Annotated[str | None, typer.Option(
+        "--served-model-name", help="Name of the base model in the API.")] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most sequences decoded together.")] = 32,
+    prefix_cache_tokens: Annotated[int, typer.Option(
+        "--prefix-cache-tokens", min=0, help="Tokens the prefix KV cache may hold (all adapters).")] = 32768,
+) -> None:
+    """Serve a base model and named LoRA adapters over the vLLM-compatible HTTP API."""
+    import logging
+
+    from mindforge.engine.server import build_engine
+    from mindforge.engine.server import serve as run_server
+    from mindforge.settings import load_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = load_settings()
+    adapters = parse_adapters(adapter or [])
+    engine = build_engine(model or settings.model, adapters, settings=settings, device=device,
+                          served_name=served_model_name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens)
+    run_server(engine, host or settings.host, settings.engine_port if port is None else port, port_file)

@@ -60,6 +60,17 @@ class _Admin:
     future: concurrent.futures.Future
 
 
+def resolve(future: concurrent.futures.Future, value: object = None, error: BaseException | None = None) -> None:
+    """Settle a future unless its caller gave up on it (a cancelled future refuses a result)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 class Scheduler:
     def __init__(self, model: EngineModel, base_name: str, *, max_batch: int = 32,
                  prefix_cache_tokens: int = 32768, prefill_budget: int = 2048, metrics: Metrics | None = None):
@@ -116,7 +127,7 @@ class Scheduler:
                 if self._rows:
                     self._step()
                 self._retire_slots()
-            except Exception as exc:
+            except Exception as exc:  # one failed step must not kill the server
                 log.exception("engine step failed")
                 self._fail_running(exc)
             self._update_gauges()
@@ -138,12 +149,9 @@ class Scheduler:
 
     def _admin(self, item: _Admin) -> None:
         try:
-            if item.op == "load":
-                item.future.set_result(self._load(item.name, item.path))
-            else:
-                item.future.set_result(self._unload(item.name))
+            resolve(item.future, self._load(item.name, item.path) if item.op == "load" else self._unload(item.name))
         except Exception as exc:  # noqa: BLE001 - reported to the caller
-            item.future.set_exception(exc)
+            resolve(item.future, error=exc)
 
     def _load(self, name: str, path: Path | None) -> AdapterInfo:
         if not name or name == self.base_name or name in self.adapters:
@@ -185,8 +193,7 @@ class Scheduler:
                 rows, cost = self._prefill(req)
             except Exception as exc:  # noqa: BLE001 - the request fails, the engine keeps serving
                 self.metrics.inc("request_errors_total")
-                if not req.future.done():
-                    req.future.set_exception(exc)
+                resolve(req.future, error=exc)
                 continue
             budget -= cost
             joining += [r for r in rows if r.finish_reason is None]
@@ -278,20 +285,20 @@ class Scheduler:
         if len(done) < req.params.n:
             return
         del self._pending[id(req)]
-        if req.future.done():
+        if req.future.done():  # abandoned by its caller
             return
         m = self.model
         choices = [r.result(m.tokenizer, m.eos_ids) for r in sorted(done, key=lambda r: r.index)]
         result = GenerationResult(list(req.prompt_ids), choices, req.cached_tokens,
                                   queue_s=max(0.0, req.started_at - req.submitted_at), prefill_s=req.prefill_s,
                                   total_s=time.perf_counter() - req.submitted_at)
-        req.future.set_result(result)
+        resolve(req.future, result)
 
     def _fail_running(self, exc: Exception) -> None:
         for row in self._rows:
             if not row.request.future.done():
                 self.metrics.inc("request_errors_total")
-                row.request.future.set_exception(exc)
+                resolve(row.request.future, error=exc)
             self._pending.pop(id(row.request), None)
         self._rows, self._batch = [], None
 

@@ -1,0 +1,223 @@
+"""The engine's scheduler, prefix cache and sampling on a tiny random Llama model (no HTTP).
+
+The references are independent of the engine: a fresh peft model loaded
+from the same adapter folder, run teacher-forced over the whole sequence.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+
+import pytest
+import torch
+from engine_tiny import make_adapter, make_model
+
+from mindforge.engine import kv
+from mindforge.engine.model import AdapterError, EngineModel
+from mindforge.engine.prefix_cache import PrefixCache
+from mindforge.engine.sampling import SamplingParams, draw, make_generator, sampling_logprobs
+from mindforge.engine.scheduler import AdapterNameError, Scheduler
+from mindforge.engine.sequence import GenerationRequest, UnknownModel
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny")
+    make_model(root / "model")
+    make_adapter(root / "model", root / "A", seed=1)
+    make_adapter(root / "model", root / "B", seed=2)
+    return root
+
+
+@pytest.fixture()
+def engine(tiny):
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=4096)
+    sched.start()
+    sched.load_adapter("A", tiny / "A").result(30)
+    sched.load_adapter("B", tiny / "B").result(30)
+    yield sched
+    sched.stop()
+
+
+def reference_logprobs(tiny: Path, adapter: str | None, ids: list[int]) -> torch.Tensor:
+    """log p(ids[t+1] | ids[:t+1]) from a fresh transformers(+peft) model: what a trainer computes."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny / "model"))
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(tiny / adapter))
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    logp = torch.log_softmax(logits[:-1], dim=-1)
+    return logp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def generate(sched: Scheduler, model: str, ids: list[int], **params):
+    return sched.submit(GenerationRequest(model, ids, SamplingParams(**params))).result(60)
+
+
+def prompt(sched: Scheduler, text: str) -> list[int]:
+    return sched.model.tokenizer.encode(text)
+
+
+# ---------------------------------------------------------------- prefix cache
+def fake_kv(n: int, fill: float = 0.0) -> kv.RowKV:
+    t = torch.full((1, 1, n, 2), fill)
+    return kv.RowKV(((t, t.clone()),))
+
+
+def test_prefix_cache_longest_prefix_per_slot_and_subsumption():
+    cache = PrefixCache(max_tokens=100)
+    cache.insert("a", [1, 2, 3], fake_kv(3))
+    cache.insert("a", [1, 2, 3, 4, 5], fake_kv(5))  # extends the first: replaces it
+    assert len(cache) == 1 and cache.tokens == 5
+    cache.insert("a", [1, 2], fake_kv(2))  # a prefix of an entry: nothing new
+    assert len(cache) == 1
+    got, n = cache.lookup("a", [1, 2, 3, 9])
+    assert n == 3 and got.length == 3
+    assert cache.lookup("a", [1, 2, 3, 4, 5, 6], max_len=4)[1] == 4
+    assert cache.lookup("b", [1, 2, 3]) == (None, 0)  # another slot never matches
+    assert cache.lookup("a", [7, 1, 2]) == (None, 0)
+
+
+def test_prefix_cache_evicts_least_recently_used_by_tokens():
+    cache = PrefixCache(max_tokens=10)
+    cache.insert("a", [1] * 4, fake_kv(4))
+    cache.insert("a", [2] * 4, fake_kv(4))
+    cache.lookup("a", [1, 1])  # touch the first
+    cache.insert("b", [3] * 4, fake_kv(4))  # 12 > 10: the least recently used ([2]*4) goes
+    assert cache.tokens == 8
+    assert cache.lookup("a", [2, 2])[1] == 0 and cache.lookup("a", [1, 1])[1] == 2
+    assert not cache.insert("a", [5] * 11, fake_kv(11))  # larger than the whole budget
+    assert cache.drop_slot("b") == 4 and cache.tokens == 4
+
+
+def test_rebuild_left_pads_rows_and_keeps_their_values():
+    a, b = fake_kv(3, 1.0), fake_kv(5, 2.0)
+    batch = kv.rebuild(None, [], [a, b], headroom=4)
+    assert batch.width == 5 and batch.kv_len == [3, 5]
+    assert torch.equal(batch.row(0).layers[0][0], a.layers[0][0])
+    mask, pos = batch.decode_inputs("cpu")
+    assert mask.tolist() == [[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]] and pos.tolist() == [[3], [5]]
+    smaller = kv.rebuild(batch, [0], [])  # the long row left: leading padding is trimmed
+    assert smaller.width == 3 and torch.equal(smaller.row(0).layers[0][1], a.layers[0][1])
+
+
+# ---------------------------------------------------------------- sampling
+def test_top_p_keeps_the_nucleus_and_renormalises():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    logp = sampling_logprobs(logits, SamplingParams(top_p=0.7))
+    assert torch.isinf(logp[2]) and torch.isinf(logp[3])
+    assert torch.allclose(logp[:2].exp(), torch.tensor([0.625, 0.375]))
+    greedy = draw(logits, SamplingParams(temperature=0.0, logprobs=2), make_generator(0, "cpu"))
+    assert greedy.token == 0 and greedy.logprob == pytest.approx(float(torch.log(torch.tensor(0.5))))
+    assert [t for t, _ in greedy.top] == [0, 1]
+
+
+def test_seeded_draws_repeat():
+    logits = torch.randn(50)
+    params = SamplingParams(temperature=1.3)
+    first = [draw(logits, params, g).token for g in [make_generator(7, "cpu")] for _ in range(20)]
+    again = [draw(logits, params, g).token for g in [make_generator(7, "cpu")] for _ in range(20)]
+    assert first == again
+
+
+# ---------------------------------------------------------------- scheduler
+def test_logprobs_match_teacher_forced_reference_in_a_mixed_batch(engine, tiny):
+    ids = prompt(engine, "the quick brown fox jumps over")
+    futures = {name: engine.submit(GenerationRequest(name, ids, SamplingParams(max_tokens=12, seed=5, logprobs=1)))
+               for name in ("A", "B", "tiny")}
+    for name, fut in futures.items():
+        choice = fut.result(60).choices[0]
+        ref = reference_logprobs(tiny, None if name == "tiny" else name, ids + choice.token_ids)[len(ids) - 1:]
+        assert torch.allclose(torch.tensor(choice.logprobs), ref, atol=1e-4), name
+    assert engine.metrics.batch_size.total > engine.metrics.batch_size.count  # some step ran >1 row
+
+
+def test_batched_greedy_equals_sequential(engine):
+    prompts = [prompt(engine, f"request {i}: " + "abc " * (i + 1)) for i in range(6)]
+    names = ["A", "B", "tiny"] * 2
+    sequential = [generate(engine, n, p, max_tokens=10, temperature=0).choices[0].token_ids
+                  for n, p in zip(names, prompts, strict=True)]
+    futs = [engine.submit(GenerationRequest(n, p, SamplingParams(max_tokens=10, temperature=0)))
+            for n, p in zip(names, prompts, strict=True)]
+    assert [f.result(60).choices[0].token_ids for f in futs] == sequential
+
+
+def test_second_turn_reuses_the_first_turns_keys_values(engine):
+    first_ids = prompt(engine, "user: hello there, tell me a story\nassistant:")
+    first = generate(engine, "A", first_ids, max_tokens=8, temperature=0)
+    second_ids = first_ids + first.choices[0].token_ids + prompt(engine, "\nuser: more\nassistant:")
+    hits = engine.metrics.counters["prefix_cache_hits_total"]
+    second = generate(engine, "A", second_ids, max_tokens=4, seed=1, logprobs=0)
+    assert engine.metrics.counters["prefix_cache_hits_total"] == hits + 1
+    assert second.cached_tokens == len(first_ids) + len(first.choices[0].token_ids) - 1
+    other = generate(engine, "B", second_ids, max_tokens=1)  # another adapter: no reuse
+    assert other.cached_tokens == 0
+    ref = reference_logprobs(engine_dir(engine), "A", second_ids + second.choices[0].token_ids)[len(second_ids) - 1:]
+    assert torch.allclose(torch.tensor(second.choices[0].logprobs), ref, atol=1e-4)
+
+
+def engine_dir(sched: Scheduler) -> Path:
+    return sched.model.path.parent
+
+
+def test_a_reloaded_name_never_hits_the_old_weights_cache(engine, tiny):
+    ids = prompt(engine, "a prompt long enough to be worth caching")
+    generate(engine, "A", ids, max_tokens=2)
+    engine.unload_adapter("A").result(30)
+    with pytest.raises(UnknownModel):
+        generate(engine, "A", ids, max_tokens=2)
+    engine.load_adapter("A", tiny / "B").result(30)  # same name, other weights
+    again = generate(engine, "A", ids, max_tokens=2)
+    assert again.cached_tokens == 0
+    assert generate(engine, "A", ids, max_tokens=2).cached_tokens == len(ids) - 1  # its own entries do hit
+
+
+def test_n_choices_share_one_prefill_and_differ(engine):
+    ids = prompt(engine, "shared prompt for several samples")
+    before = engine.metrics.counters["prefill_tokens_total"]
+    result = generate(engine, "B", ids, max_tokens=8, n=4, seed=3, temperature=1.5)
+    assert engine.metrics.counters["prefill_tokens_total"] - before == len(ids)
+    assert [c.index for c in result.choices] == [0, 1, 2, 3]
+    assert len({tuple(c.token_ids) for c in result.choices}) > 1
+    again = generate(engine, "B", ids, max_tokens=8, n=4, seed=3, temperature=1.5)
+    assert [c.token_ids for c in again.choices] == [c.token_ids for c in result.choices]
+
+
+def test_stop_strings_cut_the_text_and_keep_the_token(engine):
+    ids = prompt(engine, "count: ")
+    free = generate(engine, "tiny", ids, max_tokens=12, temperature=0).choices[0]
+    stop = free.text[3:5]
+    assert stop
+    cut = generate(engine, "tiny", ids, max_tokens=12, temperature=0, stop=(stop,)).choices[0]
+    assert cut.finish_reason == "stop" and cut.text == free.text[: free.text.find(stop)]
+    assert free.token_ids[: len(cut.token_ids)] == cut.token_ids and len(cut.token_ids) < len(free.token_ids)
+    toks = free.token_ids
+    k = next((i for i in range(1, len(toks)) if toks[i] not in toks[:i]), 0)
+    by_id = generate(engine, "tiny", ids, max_tokens=12, temperature=0, stop_token_ids=(toks[k],))
+    assert by_id.choices[0].token_ids == toks[: k + 1] and by_id.choices[0].finish_reason == "stop"
+
+
+def test_admin_errors_and_unknown_models(engine, tiny):
+    with pytest.raises(AdapterNameError, match="already loaded"):
+        engine.load_adapter("B", tiny / "B").result(30)
+    with pytest.raises(AdapterNameError, match="base model"):
+        engine.load_adapter("tiny", tiny / "B").result(30)
+    with pytest.raises(AdapterError, match="adapter_config.json"):
+        engine.load_adapter("C", tiny / "model").result(30)
+    with pytest.raises(UnknownModel):
+        engine.unload_adapter("nope").result(30)
+    with pytest.raises(UnknownModel, match="'nope'"):
+        generate(engine, "nope", [5, 6], max_tokens=2)
+    assert generate(engine, "B", [5, 6], max_tokens=2, ignore_eos=True).choices[0].finish_reason == "length"
+
+
+def test_abandoned_requests_leave_the_batch(engine):
+    ids = prompt(engine, "abandon me")
+    req = GenerationRequest("A", ids, SamplingParams(max_tokens=400, ignore_eos=True))
+    fut = engine.submit(req)
+    fut.cancel() or concurrent.futures.wait([fut], timeout=0.1)
+    assert generate(engine, "A", ids, max_tokens=3, ignore_eos=True).choices[0].finish_reason == "length"
