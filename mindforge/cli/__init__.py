@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import typer
 
+from mindforge.cli import cycle as cycle_cmd
 from mindforge.cli import engine, expand, hcp, model, sandbox, tasks
+from mindforge.cli import services as services_cmd
+from mindforge.cli import status as status_cmd
 from mindforge.cli import update as update_cmd
 
 app = typer.Typer(
@@ -25,6 +28,10 @@ app.add_typer(model.app, name="model")
 app.add_typer(engine.app, name="engine")
 app.command("update")(update_cmd.update)
 app.command("expand")(expand.expand)
+app.command("cycle")(cycle_cmd.cycle)
+app.command("status")(status_cmd.status)
+app.command("up")(services_cmd.up)
+app.command("down")(services_cmd.down)
 
 
 def main() -> None:
