@@ -23,6 +23,7 @@ from flows.expansion import expansion_flow
 from flows.task_runners import make_task_runner
 from flows.update import update_flow
 from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
+from mindforge.cycle.config import validate_stage_configs
 from mindforge.cycle.core import StageRunner
 from mindforge.settings import Settings
 
@@ -112,6 +113,7 @@ def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
     settings = load_settings()
     first = params.first_cycle or next_cycle(params.run_dir)
     params = params.model_copy(update={"first_cycle": first})
+    validate_stage_configs(params, first)  # before anything slow starts
     logger.info(f"run {params.run_dir}: cycles {first}..{first + params.cycles - 1}, stages {params.stages}")
     prepare(settings)
     with engine_for_run(settings, params, first, logger.info) as live:

@@ -60,12 +60,14 @@ def _run_library(config: Any, as_json: bool) -> list[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mindforge.cycle import next_cycle, run_cycles
+    from mindforge.cycle.config import validate_stage_configs
     from mindforge.cycle.runtime import cycle_engine, library_runners
     from mindforge.settings import load_settings
 
     console = Console(stderr=True)
     first = config.first_cycle or next_cycle(config.run_dir)
     config = config.model_copy(update={"first_cycle": first})
+    validate_stage_configs(config, first)  # before an engine is started for nothing
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=console, disable=as_json)
 

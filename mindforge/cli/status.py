@@ -16,26 +16,26 @@ def _num(x: Any) -> str:
 
 
 def _print_human(status: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table("cycle", "discovery", "expansion", "update", "tasks", "HCP start → best → after",
-                  "adapter", "test start → best", "validation before → after", title=status["run_dir"])
+    """A few short lines a cycle: the hashes are long, and terminals are narrow."""
+    print(f"run {status['run_dir']}")
     for c in status["cycles"]:
         d, e, u = (c["stages"][s] for s in ("discovery", "expansion", "update"))
-        table.add_row(
-            f"{c['cycle']}{'' if c['complete'] else ' *'}", d["state"], e["state"], u["state"],
-            _num(d.get("tasks")),
-            f"{_num(e.get('start_hcp'))} → {_num(e.get('best_hcp'))} → {_num(u.get('hcp'))}",
-            f"{_num(u.get('version'))}{' (rolled back)' if u.get('promoted') is False else ''}",
-            f"{_num(e.get('test_start'))} → {_num(e.get('test_best'))}",
-            f"{_num(u.get('reward_before'))} → {_num(u.get('reward_after'))}",
-        )
-    console.print(table)
-    console.print(f"next cycle: {status['next_cycle']}  (* = not complete: the next run resumes it)")
+        states = " · ".join(f"{name} {st['state']}" for name, st in c["stages"].items())
+        print(f"cycle {c['cycle']} ({'complete' if c['complete'] else 'not complete'}): {states}")
+        if d.get("tasks"):
+            print(f"  tasks: {d['tasks']} accepted")
+        if e.get("start_hcp") or u.get("hcp"):
+            print(f"  HCP: {_num(e.get('start_hcp'))} -> {_num(e.get('best_hcp'))} -> {_num(u.get('hcp'))}")
+        if e.get("test_start") is not None:
+            print(f"  expansion test: {_num(e.get('test_start'))} -> {_num(e.get('test_best'))} "
+                  f"({_num(e.get('accepted'))} of {_num(e.get('candidates'))} candidates accepted)")
+        if u.get("version"):
+            kept = "promoted" if u.get("promoted") else "rolled back"
+            print(f"  adapter {u.get('route')}: {u['version']} ({kept}); validation "
+                  f"{_num(u.get('reward_before'))} -> {_num(u.get('reward_after'))} (paired SE {_num(u.get('se'))})")
+    print(f"next cycle: {status['next_cycle']}")
     for route, names in status["adapters"].items():
-        console.print(f"adapters {route}: {', '.join(names)}")
+        print(f"adapters {route}: {', '.join(names)}")
 
 
 @user_errors()
