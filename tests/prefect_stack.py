@@ -49,8 +49,8 @@ class PrefectStack:
         }
 
     def start_server(self, timeout: float = 120) -> None:
-        log = (self.home / "server.log").open("ab")
         self.home.mkdir(parents=True, exist_ok=True)
+        log = (self.home / "server.log").open("ab")
         self.procs.append(
             subprocess.Popen(
                 [prefect_bin(), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
