@@ -1,28 +1,34 @@
-"""MindForge sandbox runner: judges one verification job. Standard library only.
+"""MindForge sandbox runner: judges verification jobs. Standard library only.
 
-Three roles, three processes, so that nothing the candidate does can turn a
-failure into a pass:
+Four roles, so that nothing the candidate does can turn a failure into a pass:
 
-``judge`` (``runner.py JOBFILE``)
-    Reads the job (nonce, candidate, checker tests), deletes the file, makes
-    itself non-dumpable (same-uid processes can then neither read its memory
-    nor write to its file descriptors through /proc), and for each test starts
-    a fresh ``test`` process with its own timeout. It writes one record per
-    test, tagged with the nonce, to its stdout. The host believes only those
-    records; a test without a record is an error, never a pass.
+``judge`` (``runner.py JOBFILE``, ``--in-container -`` for one job on stdin,
+``--serve WORKDIR`` for one job a line in a warm container)
+    Makes itself non-dumpable (same-uid processes can then neither read its
+    memory nor write to its file descriptors through /proc), starts the
+    zygote, and only then reads the job (nonce, candidate, checker tests). For
+    each test it has a fresh ``test`` process forked, with its own timeout,
+    and writes one record per test, tagged with the nonce, to its stdout. The
+    host believes only those records; a test without a record is an error,
+    never a pass. In a container it then resets it (see ``reset_container``).
 
-``test`` (``runner.py --test``)
-    Gets one test on stdin, also non-dumpable, binds the checker's names
-    (``answer``, ``html``/``dom``, ``calls``/``state``, or proxies for the
-    candidate's functions), runs setup and the test code, and reports
-    ``{"outcome", "message"}`` on stdout. It never learns the nonce.
+``zygote``
+    Forked before any job is read, so what it forks has never held a nonce,
+    a test or another job. Forking costs a millisecond where a fresh
+    interpreter costs tens.
 
-``candidate`` (``runner.py --candidate``)
+``test``
+    Gets one test on stdin, binds the checker's names (``answer``,
+    ``html``/``dom``, ``calls``/``state``, or proxies for the candidate's
+    functions), runs setup and the test code, and reports ``{"outcome",
+    "message"}`` on stdout. It never learns the nonce.
+
+``candidate``
     Runs the candidate's code (function tasks only) and answers calls from
-    the test process over a pipe. Arguments and results cross as plain data
+    test processes over a pipe. Arguments and results cross as plain data
     (see ``encode``), so an object with a forged ``__eq__``, overridden
     builtins, ``sys.exit``/``os._exit`` or printed markers can only make a call
-    fail. Its stdout and stderr go nowhere.
+    fail. Its stdout and stderr go nowhere. It never sees the tests.
 
 Tool sessions use ``runner.py --tool-call``: load ``tool_impl`` and the state
 kept in the work folder, run one call, store the state again.
@@ -35,14 +41,11 @@ import math
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 import traceback
 from html.parser import HTMLParser
 
-RUNNER = os.path.abspath(__file__)
-PY = [sys.executable, "-I", "-S"]
 MAX_RESULT_BYTES = 1 << 20
 MAX_MESSAGE = 2000
 CANDIDATE_FDS = ()  # (request writer, reply reader) when the zygote forked this test process
@@ -269,7 +272,14 @@ def _read_exact(fh, n, deadline):
 
 # ---------------------------------------------------------------- candidate
 def candidate_main(req_fd, rep_fd):
-    """Run candidate code; read calls on ``req_fd``, answer on ``rep_fd``."""
+    """Run candidate code; read calls on ``req_fd``, answer on ``rep_fd``.
+
+    One candidate process serves the tests of a job in turn (as one import of
+    a solution serves every assert in MBPP-style harnesses); the judge starts
+    a fresh one after any test that did not end in a plain pass or fail.
+    Replies echo the call's random id, so a test never reads an answer meant
+    for a call that an earlier test abandoned.
+    """
     req = os.fdopen(req_fd, "rb", buffering=0)
     rep = os.fdopen(rep_fd, "wb", buffering=0)
     source = _recv(req)["source"]
@@ -288,9 +298,9 @@ def candidate_main(req_fd, rep_fd):
             return
         try:
             result = module[call["name"]](*decode(call["args"]), **decode(call["kwargs"]))
-            _send(rep, {"ok": True, "value": encode(result)})
+            _send(rep, {"id": call.get("id"), "ok": True, "value": encode(result)})
         except BaseException as exc:  # noqa: BLE001 - reported to the test as an exception
-            _send(rep, {"ok": False, "error": _short(f"{type(exc).__name__}: {exc}")})
+            _send(rep, {"id": call.get("id"), "ok": False, "error": _short(f"{type(exc).__name__}: {exc}")})
 
 
 class CandidateError(Exception):
@@ -298,30 +308,13 @@ class CandidateError(Exception):
 
 
 class Candidate:
-    """The test process's handle on a candidate process."""
+    """The test process's handle on the job's candidate process (started by the judge)."""
 
-    def __init__(self, source, deadline):
+    def __init__(self, fds, names, deadline):
         self.deadline = deadline
-        self.proc = None
-        if CANDIDATE_FDS:  # forked by the zygote: the judge started the candidate beside us
-            req_w, rep_r = CANDIDATE_FDS
-        else:
-            req_r, req_w = os.pipe()
-            rep_r, rep_w = os.pipe()
-            self.proc = subprocess.Popen(
-                PY + [RUNNER, "--candidate", str(req_r), str(rep_w)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(req_r, rep_w), cwd=os.getcwd(),
-            )
-            os.close(req_r)
-            os.close(rep_w)
-        self.req = os.fdopen(req_w, "wb", buffering=0)
-        self.rep = os.fdopen(rep_r, "rb", buffering=0)
-        _send(self.req, {"source": source})
-        hello = self._reply()
-        if not hello.get("ready"):
-            raise CandidateError(f"candidate failed to load: {hello.get('error')}")
-        self.names = hello["names"]
+        self.req = os.fdopen(fds[0], "wb", buffering=0)
+        self.rep = os.fdopen(fds[1], "rb", buffering=0)
+        self.names = names
 
     def _reply(self):
         try:
@@ -330,11 +323,14 @@ class Candidate:
             raise CandidateError(f"candidate process died ({exc})") from None
 
     def call(self, name, args, kwargs):
+        call_id = os.urandom(8).hex()
         try:
-            _send(self.req, {"name": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
+            _send(self.req, {"id": call_id, "name": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
         except (BrokenPipeError, OSError):
             raise CandidateError("candidate process is gone") from None
         reply = self._reply()
+        while reply.get("id") != call_id:  # left over from a call an earlier test abandoned
+            reply = self._reply()
         if not reply.get("ok"):
             raise CandidateError(reply.get("error", "candidate call failed"))
         return decode(reply["value"])
@@ -345,15 +341,6 @@ class Candidate:
 
         call.__name__ = name
         return call
-
-    def close(self):
-        if self.proc is None:  # the judge kills a zygote-forked candidate
-            return
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
-        self.proc.wait()
 
 
 # ---------------------------------------------------------------- test
@@ -411,7 +398,7 @@ def test_namespace(job, deadline):
     kind, cand = job["kind"], job["candidate"]
     handle = None
     if kind == "function":
-        handle = Candidate(cand, deadline)
+        handle = Candidate(CANDIDATE_FDS, job["candidate_names"], deadline)
         for name in handle.names:
             ns[name] = handle.proxy(name)
     elif kind == "text":
@@ -429,17 +416,14 @@ def test_namespace(job, deadline):
 
 
 def test_main():
-    if not CANDIDATE_FDS:  # a zygote fork inherited the flag already
-        _no_dump()
     job = json.loads(sys.stdin.buffer.read())
     deadline = time.monotonic() + job["timeout_s"]
     out = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # what the checker prints must not mix with the result
     os.dup2(devnull, 2)
-    handle = None
     try:
-        ns, handle = test_namespace(job, deadline)
+        ns, _ = test_namespace(job, deadline)
         if job.get("setup"):
             exec(compile(job["setup"], "setup.py", "exec"), ns)
         exec(compile(job["code"], f"test_{job['name']}.py", "exec"), ns)
@@ -452,9 +436,6 @@ def test_main():
         result = {"outcome": "error", "message": _short(str(exc))}
     except BaseException as exc:  # noqa: BLE001 - any other exception fails the test
         result = {"outcome": "error", "message": _short(f"{type(exc).__name__}: {exc}")}
-    finally:
-        if handle is not None:
-            handle.close()
     out.write(json.dumps(result))
     out.flush()
 
@@ -559,11 +540,11 @@ def _forked_main(request, fds):
 
 
 # ---------------------------------------------------------------- judge
-def _test_payload(job, test, timeout_s):
+def _test_payload(job, test, timeout_s, names):
     return json.dumps({
         "kind": job["kind"], "candidate": job["candidate"], "setup": job.get("setup", ""),
         "tool_impl": job.get("tool_impl", ""), "name": test["name"], "code": test["code"],
-        "timeout_s": timeout_s,
+        "timeout_s": timeout_s, "candidate_names": names,
     }).encode()
 
 
@@ -576,26 +557,54 @@ def _parse_result(out, why):
         return {"outcome": "error", "message": f"test process ended without a result ({why})"}
 
 
-def run_test(zygote, job, test, timeout_s):
-    """One test in a forked test process (and candidate process, for functions)."""
+class CandidateProcess:
+    """The judge's side of a function candidate: a zygote fork holding the candidate's code."""
+
+    def __init__(self, zygote, source, timeout_s):
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        self.pid = zygote.spawn("candidate", os.getcwd(), [req_r, rep_w])
+        os.close(req_r)
+        os.close(rep_w)
+        self.req = os.fdopen(req_w, "wb", buffering=0)
+        self.rep = os.fdopen(rep_r, "rb", buffering=0)
+        self.names, self.error = [], None
+        try:
+            if self.pid is None:
+                raise EOFError("the sandbox could not start it")
+            _send(self.req, {"source": source})
+            hello = _recv(self.rep, time.monotonic() + timeout_s)
+            if hello.get("ready"):
+                self.names = hello["names"]
+            else:
+                self.error = f"candidate failed to load: {hello.get('error')}"
+        except (EOFError, OSError, TimeoutError, ValueError) as exc:
+            self.error = f"candidate failed to load: {type(exc).__name__}: {exc}"
+
+    @property
+    def fds(self):
+        return [self.req.fileno(), self.rep.fileno()]
+
+    def close(self):
+        if self.pid:
+            _kill_group(self.pid)
+        self.req.close()
+        self.rep.close()
+
+
+def run_test(zygote, job, test, timeout_s, candidate=None):
+    """One test in a process forked for it; function tests call ``candidate``."""
     start = time.monotonic()
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
-    theirs, pids = [in_r, out_w], []
-    test_fds = [in_r, out_w]
-    if job["kind"] == "function":
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        theirs += [req_r, rep_w, req_w, rep_r]
-        pids.append(zygote.spawn("candidate", os.getcwd(), [req_r, rep_w]))
-        test_fds += [req_w, rep_r]
-    pids.append(zygote.spawn("test", os.getcwd(), test_fds))
-    for fd in theirs:
-        os.close(fd)
+    fds = [in_r, out_w] + (candidate.fds if candidate else [])
+    pid = zygote.spawn("test", os.getcwd(), fds)
+    os.close(in_r)
+    os.close(out_w)
     try:
-        if None in pids:
+        if pid is None:
             return {"outcome": "error", "message": "the sandbox could not start the test"}, 0.0
-        _write_all(in_w, _test_payload(job, test, timeout_s))
+        _write_all(in_w, _test_payload(job, test, timeout_s, candidate.names if candidate else []))
         os.close(in_w)
         in_w = None
         out, finished = _read_until_eof(out_r, start + timeout_s + 1.0)
@@ -606,9 +615,8 @@ def run_test(zygote, job, test, timeout_s):
         if in_w is not None:
             os.close(in_w)
         os.close(out_r)
-        for pid in pids:
-            if pid:
-                _kill_group(pid)
+        if pid:
+            _kill_group(pid)
 
 
 def _write_all(fd, data):
@@ -647,11 +655,23 @@ def judge_job(job, workdir, zygote, out):
     rundir = os.path.join(workdir, "run")
     os.makedirs(rundir, exist_ok=True)
     os.chdir(rundir)
+    timeout_s = float(job.get("timeout_s", 5.0))
+    candidate = None
     for test in job["tests"]:
-        result, took = run_test(zygote, job, test, float(job.get("timeout_s", 5.0)))
+        if job["kind"] == "function" and candidate is None:
+            candidate = CandidateProcess(zygote, job["candidate"], timeout_s)
+        if candidate is not None and candidate.error:
+            result, took = {"outcome": "error", "message": _short(candidate.error)}, 0.0
+        else:
+            result, took = run_test(zygote, job, test, timeout_s, candidate)
+        if candidate is not None and result["outcome"] not in ("pass", "fail"):
+            candidate.close()  # it may be hung or dead: the next test gets a fresh one
+            candidate = None
         record = {"test": test["name"], "duration_s": round(took, 4), **result}
         out.write(f"@@MF {nonce} {json.dumps(record)}\n")
         out.flush()
+    if candidate is not None:
+        candidate.close()
     os.chdir(workdir)
     return nonce
 
