@@ -796,11 +796,7 @@ def encode_json_safe(value):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--candidate"]:
-        candidate_main(int(sys.argv[2]), int(sys.argv[3]))
-    elif sys.argv[1:2] == ["--test"]:
-        test_main()
-    elif sys.argv[1:2] == ["--tool-call"]:
+    if sys.argv[1:2] == ["--tool-call"]:
         tool_call_main(sys.argv[2])
     elif sys.argv[1:2] == ["--serve"]:
         serve_main(sys.argv[2])
