@@ -1,7 +1,8 @@
 """Trajectories for the Prefect UI: one table row each, and a markdown page for the ones shown in full.
 
 A row's ``detail`` is the UI path of that trajectory's markdown artifact
-(``/artifacts/key/cycle-1-trajectory-tr-…``) when it has one, and ``dataset``
+(``/artifacts/artifact/<id>``, the page that renders it; its key is
+``cycle-N-trajectory-<trajectory id>``) when it has one, and ``dataset``
 is the parquet shard that holds every trajectory of the stage, so each row
 leads to the full record either way. Plain functions over plain data.
 """
@@ -22,8 +23,8 @@ def detail_key(cycle: int, trajectory_id: str) -> str:
     return key(cycle, f"trajectory-{trajectory_id}")
 
 
-def ui_path(artifact_key: str) -> str:
-    return f"/artifacts/key/{artifact_key}"
+def ui_path(artifact_id: str) -> str:
+    return f"/artifacts/artifact/{artifact_id}"
 
 
 def read_shards(folder: Path) -> list[tuple[Path, Any]]:
@@ -37,7 +38,7 @@ def read_shards(folder: Path) -> list[tuple[Path, Any]]:
     return out
 
 
-def row(cycle: int, shard: Path, tr: Any, detailed: bool) -> dict[str, Any]:
+def row(shard: Path, tr: Any, artifact_id: str | None) -> dict[str, Any]:
     return {
         "trajectory": tr.id,
         "task": tr.task_id,
@@ -49,7 +50,7 @@ def row(cycle: int, shard: Path, tr: Any, detailed: bool) -> dict[str, Any]:
         "tokens": sum(len(h.completion_ids) for h in tr.hops),
         "hops": len(tr.hops),
         "set": shard.stem,
-        "detail": ui_path(detail_key(cycle, tr.id)) if detailed else "-",
+        "detail": ui_path(artifact_id) if artifact_id else "-",
         "dataset": str(shard),
     }
 

@@ -41,8 +41,9 @@ def test_artifacts_read_back_through_the_api(cycle_run) -> None:
     assert rows and {"trajectory", "task", "route", "reward", "verdict", "tokens", "detail", "dataset"} <= set(rows[0])
     assert all(r["verdict"] in ("pass", "fail", "infra_error", "none") for r in rows)
     detailed = [r for r in rows if r["detail"] != "-"]
-    page_key = detailed[0]["detail"].rsplit("/", 1)[-1]
+    page_key = f"cycle-1-trajectory-{detailed[0]['trajectory']}"
     page = cycle_run.artifacts([page_key])[page_key]["data"]
+    assert detailed[0]["detail"].endswith(cycle_run.artifacts([page_key])[page_key]["id"])
     assert detailed[0]["trajectory"] in page and "## Hop" in page
     diff = found["cycle-1-hcp-diff"]["data"]
     assert "# HCP change in cycle 1" in diff and ("```diff" in diff or "No change" in diff)

@@ -71,9 +71,11 @@ def test_the_cycle_flow_runs_stage_subflows_and_publishes(harness, stand_in_stag
     # Each row leads to the whole trajectory: its page and its dataset shard.
     first = rows[0]
     assert first["dataset"].endswith("test-0000.parquet") and Path(first["dataset"]).is_file()
-    page_key = first["detail"].rsplit("/", 1)[-1]
-    page = artifacts_by_key([page_key])[page_key].data
-    assert first["trajectory"] in page and "## Hop 1: answer on L2" in page and "def add" in page
+    assert first["detail"].startswith("/artifacts/artifact/")
+    page_key = f"cycle-1-trajectory-{first['trajectory']}"
+    page = artifacts_by_key([page_key])[page_key]
+    assert first["detail"].endswith(str(page.id))
+    assert first["trajectory"] in page.data and "## Hop 1: answer on L2" in page.data and "def add" in page.data
 
 
 def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stages, tmp_path: Path) -> None:
