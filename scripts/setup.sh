@@ -70,6 +70,13 @@ if ! command -v debootstrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
 fi
 
+# Headless Chromium for the browser test of the Prefect UI (Debian's package).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  say "installing Debian's chromium (browser test of the Prefect UI)"
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+fi
+
 # 4. sandbox image and default model, once their commands exist
 MF=$VENV/bin/mindforge
 if "$MF" sandbox --help 2>/dev/null | grep -q ' build '; then
