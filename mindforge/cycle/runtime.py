@@ -43,23 +43,39 @@ def cycle_engine(settings: Settings, run_dir: Path, cycle: int,
         served_adapters,
     )
 
-    url = running_engine(settings)
-    if url is not None:
-        log(f"using the engine at {url}")
-        yield settings.model_copy(update={"engine_url": url})
-        return
     doc = load_hcp(current_hcp_path(run_dir, cycle)).to_document()
     model_path = Path(need("mindforge.engine.registry", "resolve_model")(settings.model, settings))
     catalog = catalog_for(run_dir)
     added = ensure_initial_adapters(catalog, doc, model_path)
     if added:
         log(f"adapter catalog started with {', '.join(added)}")
+    url = running_engine(settings)
+    if url is not None:
+        log(f"using the engine at {url}")
+        load_missing(url, settings, served_adapters(catalog, doc), log)
+        yield settings.model_copy(update={"engine_url": url})
+        return
     engine_cls = need("mindforge.engine", "EngineProcess")
     log(f"starting the embedded engine on {settings.model}")
     with engine_cls(model_path, served_adapters(catalog, doc), port=0, settings=settings,
                     log_path=Path(run_dir) / "engine.log") as proc:
         log(f"embedded engine up at {proc.url}")
         yield settings.model_copy(update={"engine_url": proc.url})
+
+
+def load_missing(url: str, settings: Settings, adapters: dict[str, Path], log: Callable[[str], None]) -> None:
+    """Load the run's served adapters an engine we did not start lacks (Expansion serves them by name)."""
+    from mindforge.update.handoff import EngineAdmin
+
+    admin = EngineAdmin(url, api_key=settings.api_key)
+    try:
+        loaded = set(admin.loaded())
+        for name, path in adapters.items():
+            if name not in loaded:
+                log(f"loading {name} into the engine")
+                admin.load(name, path)
+    finally:
+        admin.close()
 
 
 def discovery_runner(settings: Settings, log: Callable[[str], None]) -> StageRunner:
