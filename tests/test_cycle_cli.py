@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cycle_standins import BUILDERS, RUNNERS
-from helpers import REPO
+from helpers import REPO, require
 from typer.testing import CliRunner
 
 from mindforge.cli import app
@@ -86,3 +86,35 @@ def test_up_reuses_and_down_stops_a_real_prefect_server(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=120)
     assert down.returncode == 0 and "stopped: prefect" in down.stdout
     assert not healthy(f"http://127.0.0.1:{port}/api/health") and not pidfile.exists()
+
+
+@pytest.mark.model
+def test_up_starts_the_embedded_engine_with_the_default_hcps_adapters(tmp_path: Path) -> None:
+    from prefect_stack import free_port
+
+    from mindforge.services import healthy
+    from mindforge.settings import load_settings
+
+    models = load_settings().models_dir
+    require((models / "smollm2-135m-instruct" / "config.json").exists(), "the default model is not converted yet")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "models").symlink_to(models)  # the converted model, without converting it again
+    port = free_port()
+    env = {**os.environ, "MINDFORGE_CACHE_DIR": str(tmp_path / "cache"), "MINDFORGE_ENGINE_PORT": str(port)}
+    mf = str(REPO / ".venv" / "bin" / "mindforge")
+    try:
+        run = subprocess.run([mf, "up", "--only", "engine", "--json"], env=env, capture_output=True, text=True,
+                             timeout=400, check=False)
+        assert run.returncode == 0, run.stderr[-3000:]
+        engine = json.loads(run.stdout)[0]
+        assert engine["state"] == "started"
+        import httpx
+
+        names = {m["id"] for m in httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()["data"]}
+        assert {"mf-L0-v0000", "mf-L1-v0000", "mf-L2-v0000", "mf-L3-v0000"} <= names
+        assert (tmp_path / "cache" / "services" / "adapters" / "L2" / "v0000").is_dir()
+    finally:
+        down = subprocess.run([mf, "down", "--only", "engine"], env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+    assert "stopped: engine" in down.stdout
+    assert not healthy(f"http://127.0.0.1:{port}/health")
