@@ -58,14 +58,14 @@ def engine_for_run(settings: Settings, params: CycleConfig, first: int, log: Cal
 
 def stage_runners(params: CycleConfig, engine_url: str | None) -> dict[str, StageRunner]:
     """Each stage as a subflow on the task runner the parameters name."""
-    from mindforge.cycle.parts import need
+    from mindforge.cycle.parts import call_accepting, need
 
     def runner() -> Any:
         return make_task_runner(params.task_runner, params.max_workers, params.task_runner_options)
 
     def discovery(config: Any) -> dict[str, Any]:
         stage_flow = need("flows.discovery", "discovery_flow")
-        return dict(stage_flow.with_options(task_runner=runner())(config, engine_url=engine_url))
+        return dict(call_accepting(stage_flow.with_options(task_runner=runner()), config, engine_url=engine_url))
 
     return {
         "discovery": discovery,

@@ -24,3 +24,14 @@ def need(module: str, attr: str | None = None) -> Any:
         return getattr(mod, attr)
     except AttributeError:
         raise MissingPart(f"{module}.{attr} is needed by the RSI cycle and does not exist") from None
+
+
+def call_accepting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` with the keyword arguments it declares (a stage written in parallel may take fewer)."""
+    import inspect
+
+    target = getattr(fn, "fn", fn)  # a Prefect flow keeps its function in .fn
+    params = inspect.signature(target).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn(*args, **kwargs)

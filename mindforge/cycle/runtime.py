@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mindforge.cycle.core import StageRunner
-from mindforge.cycle.parts import need
+from mindforge.cycle.parts import call_accepting, need
 from mindforge.settings import Settings
 
 
@@ -82,7 +82,7 @@ def discovery_runner(settings: Settings, log: Callable[[str], None]) -> StageRun
     def run(config: Any) -> Mapping[str, Any]:
         open_services = need("mindforge.discovery.runtime", "open_services")
         run_discovery = need("mindforge.discovery.stage", "run_discovery")
-        with open_services(settings, config, log=log) as services:
+        with call_accepting(open_services, settings, config, log=log) as services:
             return _as_json(run_discovery(config, services))
 
     return run
