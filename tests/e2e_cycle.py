@@ -73,6 +73,22 @@ def _flow_run_id(output: str) -> str:
     raise AssertionError(f"no flow run id in `prefect deployment run` output:\n{output}")
 
 
+def deploy_stack(base: Path) -> PrefectStack:
+    """A server, the ``mindforge`` process pool, ``prefect deploy --all`` from prefect.yaml, a worker."""
+    stack = PrefectStack(base / "prefect")
+    stack.start_server()
+    env = {"MINDFORGE_REPO": str(REPO)}
+    try:
+        for args in (("work-pool", "create", "mindforge", "--type", "process"), ("--no-prompt", "deploy", "--all")):
+            done = stack.run(*args, cwd=REPO, extra_env=env)
+            assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        stack.start_worker("mindforge", cwd=REPO, extra_env=env)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
 def deployed_run(base: Path) -> DeployedRun:
     """Start everything and run the cycle once (cached for the session)."""
     if "run" in _CACHE:
@@ -80,14 +96,9 @@ def deployed_run(base: Path) -> DeployedRun:
     missing = stages_built()
     require(not missing, f"the full cycle needs parts not built yet: {', '.join(missing)}")
     require(_docker_ok(), "Docker engine not reachable")
-    stack = PrefectStack(base / "prefect")
+    stack = deploy_stack(base)
     _CACHE["stack"] = stack
-    stack.start_server()
     env = {"MINDFORGE_REPO": str(REPO)}
-    for args in (("work-pool", "create", "mindforge", "--type", "process"), ("--no-prompt", "deploy", "--all")):
-        done = stack.run(*args, cwd=REPO, extra_env=env)
-        assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    stack.start_worker("mindforge", cwd=REPO, extra_env=env)
     run_dir = base / "run"
     params = json.dumps({"params": {**PARAMS, "run_dir": str(run_dir)}})
     t0 = time.monotonic()

@@ -50,3 +50,56 @@ def test_artifacts_read_back_through_the_api(cycle_run) -> None:
     summary = found["cycle-1-summary"]["data"]
     for fact in ("tasks accepted", "HCP start → best → after", "adapter", "validation before → after"):
         assert fact in summary
+
+
+@pytest.fixture(scope="module")
+def deployments(tmp_path_factory):
+    from e2e_cycle import deploy_stack
+
+    stack = deploy_stack(tmp_path_factory.mktemp("deploy"))
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def _api(stack, method: str, path: str, body=None):
+    import httpx
+
+    r = httpx.request(method, f"{stack.api_url}{path}", json=body, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_prefect_yaml_declares_the_deployments(deployments) -> None:
+    found = _api(deployments, "POST", "/deployments/filter", {})
+    flows = {f["id"]: f["name"] for f in _api(deployments, "POST", "/flows/filter", {})}
+    names = {f"{flows[d['flow_id']]}/{d['name']}": d for d in found}
+    assert {"rsi-cycle/embedded", "rsi-cycle/scheduled", "expansion/default", "update/default"} <= set(names)
+    assert all(d["work_pool_name"] == "mindforge" for d in names.values())
+    scheduled = names["rsi-cycle/scheduled"]
+    crons = [s["schedule"].get("cron") for s in scheduled["schedules"]]
+    assert crons == ["0 3 * * *"] and scheduled["schedules"][0]["active"]
+    assert not names["rsi-cycle/embedded"]["schedules"]
+    schema = names["rsi-cycle/embedded"]["parameter_openapi_schema"]
+    assert "params" in schema["properties"]
+    assert names["rsi-cycle/embedded"]["parameters"]["params"]["run_dir"] == "runs/embedded"
+    pool = _api(deployments, "GET", "/work_pools/mindforge")
+    assert pool["type"] == "process"
+
+
+def test_a_deployment_run_with_bad_parameters_fails_with_the_field_named(deployments, tmp_path) -> None:
+    """The worker pulls this checkout, loads the flow and validates before any engine starts."""
+    params = json.dumps({"params": {"run_dir": str(tmp_path / "run"), "stages": ["expansion"],
+                                    "expansion": {"budget": -1}}})
+    done = deployments.run("deployment", "run", "rsi-cycle/embedded", "--params", params, "--watch",
+                           "--watch-timeout", "300", timeout=400)
+    from e2e_cycle import _flow_run_id
+
+    run_id = _flow_run_id(done.stdout + done.stderr)
+    state = _api(deployments, "GET", f"/flow_runs/{run_id}")["state"]
+    assert state["type"] == "FAILED"
+    logs = _api(deployments, "POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}})
+    text = "\n".join(entry["message"] for entry in logs)
+    assert "/expansion/budget" in text, text[-3000:]
+    assert not (tmp_path / "run" / "engine.log").exists()
