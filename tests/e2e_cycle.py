@@ -30,13 +30,19 @@ PARAMS = {
 _CACHE: dict[str, Any] = {}
 
 
-def stages_built() -> list[str]:
-    """What the full cycle still lacks (empty when every stage can run for real)."""
-    missing = [m for m in ("mindforge.harness", "mindforge.discovery.stage", "mindforge.engine.launch")
-               if importlib.util.find_spec(m.rsplit(".", 1)[0]) is None or importlib.util.find_spec(m) is None]
-    if not (REPO / "flows" / "discovery.py").exists():
-        missing.append("flows/discovery.py")
-    return missing
+def _module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def stages_built(stages: tuple[str, ...] = ("discovery", "expansion", "update")) -> list[str]:
+    """What running these stages for real still lacks (empty when they can all run)."""
+    need = ["mindforge.engine.launch", "mindforge.harness.harness", "mindforge.harness.tasks"]
+    if "discovery" in stages:
+        need += ["mindforge.discovery.stage", "mindforge.discovery.runtime", "flows.discovery"]
+    return [m for m in need if not _module(m)]
 
 
 def _docker_ok() -> bool:

@@ -7,7 +7,6 @@ journal, so shards written before the kill are reused, not solved again.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_cycle import stages_built
 from helpers import REPO, require
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.model]
@@ -38,7 +38,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_a_cycle_killed_during_expansion_resumes_there(tmp_path: Path) -> None:
-    require(importlib.util.find_spec("mindforge.harness") is not None, "the harness (mindforge.harness) is not built")
+    missing = stages_built(("expansion",))
+    require(not missing, f"Expansion needs parts not built yet: {', '.join(missing)}")
     run_dir = tmp_path / "run"
     mf = str(REPO / ".venv" / "bin" / "mindforge")
     env = {**os.environ, "MINDFORGE_ENGINE_PORT": "9"}  # never a user's engine
