@@ -179,7 +179,7 @@ class Verdict(_Frozen):
         return sum(t.outcome == TestOutcome.PASS for t in self.tests) / len(self.tests)
 
 
-HopKind = Literal["route", "answer", "summary"]
+HopKind = Literal["route", "answer", "summary", "propose", "reflect"]
 
 
 class Hop(_Frozen):
