@@ -1,5 +1,55 @@
-"""The Mixture-of-LoRA router harness: one implementation for the proxy and for training rollouts.
+"""MoL router harness: chat rendering + tool-call codec, router, own views, the proxy.
 
-Import the parts from their modules (``mindforge.harness.client``,
-``.render``, ``.session``, ``.harness``); this package imports nothing heavy.
+Public API::
+
+    EngineClient(base_url, api_key=, timeout_s=, retries=, transport=)   async /v1/completions with ids
+    ChatRenderer(tokenizer) / ChatRenderer.from_model(path)              messages -> token ids
+    Harness(hcp, client, renderer).turn(session, text, ...) -> TurnRecord
+    Harness.role("propose" | "reflect", prompt) -> TurnRecord
+    open_harness(hcp, url, model_path=None, settings=None) -> Harness
+    task_runner(harness, max_tokens=None) -> rollouts TurnRunner
+
+Importing this package does not import torch or transformers (the renderer
+loads a tokenizer only when built).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mindforge.harness.client import Completion, EngineClient, EngineError, EngineUnavailable
+from mindforge.harness.harness import Harness, ToolResult, TurnRecord
+from mindforge.harness.render import ChatRenderer
+from mindforge.harness.session import Session
+from mindforge.harness.tasks import probe_prompt_ids, task_runner
+from mindforge.harness.toolcodec import ParsedAnswer, ToolCall
+from mindforge.hcp import HCP
+from mindforge.settings import Settings
+
+__all__ = [
+    "ChatRenderer", "Completion", "EngineClient", "EngineError", "EngineUnavailable", "Harness", "ParsedAnswer",
+    "Session", "ToolCall", "ToolResult", "TurnRecord", "open_harness", "probe_prompt_ids", "renderer_for",
+    "task_runner",
+]
+
+_RENDERERS: dict[str, ChatRenderer] = {}
+
+
+def renderer_for(model_path: str | Path) -> ChatRenderer:
+    """One renderer per model folder and process (loading a tokenizer takes a moment)."""
+    key = str(Path(model_path).resolve())
+    if key not in _RENDERERS:
+        _RENDERERS[key] = ChatRenderer.from_model(key)
+    return _RENDERERS[key]
+
+
+def open_harness(hcp: HCP, url: str, model_path: str | Path | None = None, settings: Settings | None = None,
+                 *, client: EngineClient | None = None) -> Harness:
+    """A harness for ``hcp`` against the engine at ``url``; the model folder gives the tokenizer."""
+    settings = settings or Settings()
+    if model_path is None:
+        from mindforge.engine.registry import resolve_model
+
+        model_path = resolve_model(settings.model, settings)
+    client = client or EngineClient(url, api_key=settings.api_key)
+    return Harness(hcp, client, renderer_for(model_path))

@@ -1,44 +1,43 @@
-"""The harness's client for an engine that speaks the vLLM-shaped completions protocol.
+"""Async client for the engine's ``/v1/completions`` with token-id prompts.
 
-Prompts go out as token ids and completions come back as token ids with
-their logprobs (``return_token_ids``), so nothing between serving and
-training is decoded and encoded again. Works against the embedded engine,
-vLLM and SGLang alike.
+The harness sends token ids and keeps the token ids the engine returns, so
+this client asks for ``return_token_ids`` and per-token logprobs on every
+call. Invariants:
 
-Failure semantics the proxy and the stages rely on:
-
-- the engine cannot be reached (refused, reset, timed out) after
-  ``retries`` attempts: ``EngineUnavailable`` (the proxy answers 502);
-- the engine answers with an error (unknown adapter, bad request):
-  ``EngineError`` with the engine's own message and status;
-- the answer lacks the ids or logprobs asked for: ``EngineError``.
+- retries happen only on connection errors and 5xx answers that say the
+  engine is not ready (a request the engine refused with 4xx is the caller's
+  bug and is raised at once as ``EngineError`` with the engine's message);
+- an ``httpx.AsyncClient`` belongs to one event loop, and stages call
+  ``asyncio.run`` once per batch, so one pooled client is kept per running
+  loop rather than one per instance;
+- ``transport`` is the seam a unit test uses to stand in for an engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
 from mindforge.errors import MindForgeError
 
-_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.RemoteProtocolError,
-              httpx.WriteError, httpx.PoolTimeout)
+DEFAULT_TIMEOUT_S = 300.0
 
 
 class EngineUnavailable(MindForgeError):
-    """The engine did not answer at all."""
+    """The engine could not be reached (or kept failing) after the retries."""
 
 
 class EngineError(MindForgeError):
-    """The engine answered with an error, or without what was asked for."""
+    """The engine answered a request with an error."""
 
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
+    def __init__(self, status: int, message: str):
+        super().__init__(f"engine answered {status}: {message}")
+        self.status, self.message = status, message
 
 
 @dataclass(frozen=True)
@@ -51,90 +50,79 @@ class Completion:
 
 
 class EngineClient:
-    """``async with EngineClient(url) as engine: await engine.complete(...)``."""
-
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 600.0,
-                 connect_timeout_s: float = 5.0, retries: int = 2, backoff_s: float = 0.25,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 retries: int = 2, transport: httpx.AsyncBaseTransport | None = None,
+                 backoff_s: float = 0.25):
         self.base_url = base_url.rstrip("/")
-        self.retries = retries
-        self.backoff_s = backoff_s
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=transport,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+        self.api_key, self.timeout_s, self.retries = api_key, timeout_s, retries
+        self.transport, self.backoff_s = transport, backoff_s
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary())
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+            client = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=self.transport,
+                                       timeout=httpx.Timeout(self.timeout_s, connect=10.0), limits=limits)
+            self._clients[loop] = client
+        return client
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Close the client of the running loop (others die with their loops)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        last: Exception | None = None
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        last = ""
         for attempt in range(self.retries + 1):
             try:
-                resp = await self._http.request(method, path, json=body)
-            except _RETRYABLE as exc:
-                last = exc
+                resp = await self._client().request(method, path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                last = f"{type(exc).__name__}: {exc or 'connection failed'}"
+            else:
+                if resp.status_code in (502, 503, 504):
+                    last = f"HTTP {resp.status_code}: {_error_message(resp)}"
+                elif resp.status_code >= 400:
+                    raise EngineError(resp.status_code, _error_message(resp))
+                else:
+                    return resp.json()
+            if attempt < self.retries:
                 await asyncio.sleep(self.backoff_s * (2**attempt))
-                continue
-            except httpx.TimeoutException as exc:  # a read timeout: the engine is stuck, do not pile on
-                raise EngineUnavailable(f"engine at {self.base_url} timed out on {path}: {exc!r}") from None
-            if resp.status_code >= 400:
-                raise EngineError(f"engine at {self.base_url} answered {resp.status_code} on {path}: "
-                                  f"{_error_message(resp)}", resp.status_code)
-            try:
-                return resp.json()
-            except ValueError:
-                raise EngineError(f"engine at {self.base_url} sent non-JSON on {path}") from None
-        raise EngineUnavailable(f"engine at {self.base_url} unreachable after {self.retries + 1} attempts: "
-                                f"{type(last).__name__}: {last}")
+        raise EngineUnavailable(f"engine at {self.base_url} unavailable after {self.retries + 1} attempts: {last}")
 
-    async def health(self) -> bool:
-        try:
-            resp = await self._http.get("/health", timeout=5.0)
-        except httpx.HTTPError:
-            return False
-        return resp.status_code == 200
-
-    async def models(self) -> list[dict[str, Any]]:
-        return list((await self._request("GET", "/v1/models")).get("data", []))
-
-    async def complete(
-        self, *, model: str, prompt_ids: Sequence[int], max_tokens: int, temperature: float = 1.0,
-        top_p: float = 1.0, stop: Sequence[str] | None = None, seed: int | None = None, n: int = 1,
-    ) -> list[Completion]:
+    async def complete(self, *, model: str, prompt_ids: Sequence[int], max_tokens: int, temperature: float,
+                       top_p: float, stop: Sequence[str] | None = None, seed: int | None = None,
+                       n: int = 1) -> list[Completion]:
         body: dict[str, Any] = {
-            "model": model, "prompt": list(prompt_ids), "max_tokens": max_tokens,
-            "temperature": temperature, "top_p": top_p, "n": n, "logprobs": 1,
-            "return_token_ids": True, "skip_special_tokens": False,
+            "model": model, "prompt": list(prompt_ids), "max_tokens": max_tokens, "temperature": temperature,
+            "top_p": top_p, "n": n, "logprobs": 0, "return_token_ids": True,
         }
         if stop:
             body["stop"] = list(stop)
         if seed is not None:
             body["seed"] = seed
-        data = await self._request("POST", "/v1/completions", body)
-        try:
-            return [_completion(choice, prompt_ids) for choice in sorted(data["choices"], key=lambda c: c["index"])]
-        except (KeyError, TypeError) as exc:
-            raise EngineError(f"engine at {self.base_url} answered without token ids or logprobs "
-                              f"({exc!r}); it must support return_token_ids and logprobs") from None
+        data = await self.request("POST", "/v1/completions", body)
+        return [_completion(choice, prompt_ids) for choice in data.get("choices", [])]
+
+    async def models(self) -> list[dict[str, Any]]:
+        return list((await self.request("GET", "/v1/models")).get("data", []))
 
 
-def _completion(choice: dict[str, Any], prompt_ids: Sequence[int]) -> Completion:
-    ids = tuple(int(t) for t in choice["token_ids"])
-    logprobs = tuple(float(x) for x in choice["logprobs"]["token_logprobs"])
-    if len(logprobs) != len(ids):
-        raise KeyError(f"{len(ids)} token ids but {len(logprobs)} logprobs")
-    prompt = choice.get("prompt_token_ids") or prompt_ids
-    return Completion(prompt_ids=tuple(int(t) for t in prompt), token_ids=ids, logprobs=logprobs,
-                      text=str(choice.get("text", "")), finish_reason=choice.get("finish_reason"))
+def _completion(choice: dict[str, Any], sent: Sequence[int]) -> Completion:
+    token_ids = choice.get("token_ids")
+    if token_ids is None:
+        raise EngineError(200, "the engine did not return token_ids (it must support return_token_ids)")
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+    return Completion(
+        prompt_ids=tuple(choice.get("prompt_token_ids") or sent), token_ids=tuple(token_ids),
+        logprobs=tuple(float(x) if x is not None else 0.0 for x in logprobs), text=choice.get("text", ""),
+        finish_reason=choice.get("finish_reason"),
+    )
 
 
 def _error_message(resp: httpx.Response) -> str:
@@ -142,6 +130,9 @@ def _error_message(resp: httpx.Response) -> str:
         body = resp.json()
     except ValueError:
         return resp.text[:500]
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return str(body["error"].get("message", body["error"]))[:500]
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message", err))
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])
     return str(body)[:500]

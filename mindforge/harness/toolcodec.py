@@ -1,0 +1,137 @@
+"""The one tool-call format MindForge models read and write.
+
+Tools are declared to the model in the system message as a ``<tools>``
+block, one JSON object per line (OpenAI function schema: name, description,
+parameters). The model calls a tool by writing, anywhere in its answer::
+
+    <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
+
+one block per call; text outside the blocks is the message content. A tool
+result goes back to the model as a ``tool`` message whose content is the
+result serialised as JSON (a string result is sent as is), cut to the HCP's
+``max_tool_result_chars``. Encoding is canonical (sorted keys, no spaces after
+separators), so a call the harness writes back into a view is byte-stable.
+
+A block whose JSON is malformed or lacks a string ``name`` and an object
+``arguments`` is not a call: it stays in the content, and
+``ParsedAnswer.malformed`` says why, so training can see the model's mistake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mindforge.errors import InputError
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou can call these functions. Their signatures, one JSON object a line:\n<tools>\n"
+)
+TOOLS_USAGE = (
+    "\n</tools>\n\nTo call a function, write exactly\n"
+    '<tool_call>{"name": "<function name>", "arguments": {<arguments as JSON>}}</tool_call>\n'
+    "one block a call, then stop and wait for the results."
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+    def openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": canonical(self.arguments)}}
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    content: str
+    calls: tuple[ToolCall, ...] = ()
+    malformed: tuple[str, ...] = field(default=())
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def function_of(tool: dict[str, Any]) -> dict[str, Any]:
+    """The function part of an OpenAI tool (``{"type": "function", "function": {...}}``) or a bare one."""
+    fn = tool.get("function", tool) if isinstance(tool, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise InputError("tools", "", "a tool must be {'type': 'function', 'function': {'name': ..., "
+                         "'description': ..., 'parameters': {...}}}")
+    return fn
+
+
+def tools_block(tools: Sequence[dict[str, Any]]) -> str:
+    """The declaration of ``tools`` for the system message; empty for no tools."""
+    if not tools:
+        return ""
+    lines = []
+    for tool in tools:
+        fn = function_of(tool)
+        lines.append(canonical({"name": fn["name"], "description": fn.get("description", ""),
+                                "parameters": fn.get("parameters", {"type": "object", "properties": {}})}))
+    return TOOLS_PREAMBLE + "\n".join(lines) + TOOLS_USAGE
+
+
+def encode_calls(content: str, calls: Sequence[ToolCall]) -> str:
+    """An assistant message's text: its content, then one block per call."""
+    blocks = [f"{CALL_OPEN}{canonical({'name': c.name, 'arguments': c.arguments})}{CALL_CLOSE}" for c in calls]
+    return "\n".join([p for p in (content.strip(),) if p] + blocks)
+
+
+def encode_result(result: Any, max_chars: int | None = None) -> str:
+    text = result if isinstance(result, str) else canonical(result)
+    if max_chars is not None and len(text) > max_chars:
+        text = text[:max_chars] + f"... [cut at {max_chars} characters]"
+    return text
+
+
+def call_id(seed: str, index: int) -> str:
+    """A stable call id (never shown to the model; used to match client results)."""
+    return "call_" + hashlib.sha256(f"{seed}|{index}".encode()).hexdigest()[:24]
+
+
+def parse(text: str, id_seed: str = "") -> ParsedAnswer:
+    calls: list[ToolCall] = []
+    problems: list[str] = []
+    kept: list[str] = []
+    pos = 0
+    for m in _CALL.finditer(text):
+        call, why = _one_call(m.group(1))
+        if call is None:
+            problems.append(why)
+            continue
+        kept.append(text[pos:m.start()])
+        pos = m.end()
+        calls.append(ToolCall(call[0], call[1], call_id(id_seed, len(calls))))
+    kept.append(text[pos:])
+    return ParsedAnswer("".join(kept).strip(), tuple(calls), tuple(problems))
+
+
+def _one_call(body: str) -> tuple[tuple[str, dict[str, Any]] | None, str]:
+    try:
+        obj = json.loads(body)
+    except ValueError as exc:
+        return None, f"tool call is not JSON ({exc.msg} at character {exc.pos}): {body[:120]!r}"
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None, f"tool call needs a string 'name': {body[:120]!r}"
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # some models write the OpenAI wire form: arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None, f"tool call arguments are not a JSON object: {body[:120]!r}"
+    if not isinstance(args, dict):
+        return None, f"tool call arguments must be a JSON object: {body[:120]!r}"
+    return (obj["name"], args), ""
