@@ -11,6 +11,7 @@ import typer
 
 from mindforge.cli import cycle as cycle_cmd
 from mindforge.cli import engine, expand, hcp, model, sandbox, tasks
+from mindforge.cli import serve as serve_cmd
 from mindforge.cli import services as services_cmd
 from mindforge.cli import status as status_cmd
 from mindforge.cli import update as update_cmd
@@ -32,6 +33,7 @@ app.command("cycle")(cycle_cmd.cycle)
 app.command("status")(status_cmd.status)
 app.command("up")(services_cmd.up)
 app.command("down")(services_cmd.down)
+app.command("serve")(serve_cmd.serve)
 
 
 def main() -> None:

@@ -30,13 +30,31 @@ def _harness() -> Any:
 
 
 def harness_runner_for(url: str, settings: Settings) -> tuple[Callable[[HCP], Any], Callable[[], None]]:
-    _harness()
-    raise MissingHarness("the harness wiring for Expansion is not written yet (waiting for mindforge.harness)")
+    harness = _harness()
+    from mindforge.engine.registry import resolve_model
+
+    model_path = resolve_model(settings.model, settings)
+    client = harness.EngineClient(url, api_key=settings.api_key)  # pooled per event loop; loops close theirs
+
+    def runner_for(hcp: HCP) -> Any:
+        return harness.task_runner(harness.open_harness(hcp, url, model_path, settings, client=client))
+
+    runner_for.harness_for = lambda hcp: harness.open_harness(hcp, url, model_path, settings,  # type: ignore[attr-defined]
+                                                              client=client)
+    return runner_for, lambda: None
 
 
 class HarnessReflector:
+    """Runs the HCP's ``reflect`` role through the production harness (one hop, default route)."""
+
     def __init__(self, runner_for: Callable[[HCP], Any]):
         self.runner_for = runner_for
 
     def reflect(self, hcp: HCP, prompt: str, seed: int) -> str:
-        raise MissingHarness("the harness wiring for Expansion is not written yet (waiting for mindforge.harness)")
+        import asyncio
+
+        harness_for = getattr(self.runner_for, "harness_for", None)
+        if harness_for is None:
+            raise MissingHarness("the runner factory was not built by harness_runner_for")
+        record = asyncio.run(harness_for(hcp).role("reflect", prompt, seed=seed))
+        return record.answer

@@ -108,22 +108,34 @@ def parse(text: str, id_seed: str = "") -> ParsedAnswer:
     kept: list[str] = []
     pos = 0
     for m in _CALL.finditer(text):
-        call, why = _one_call(m.group(1))
-        if call is None:
+        found, why = _block(m.group(1))
+        if not found:
             problems.append(why)
             continue
         kept.append(text[pos:m.start()])
         pos = m.end()
-        calls.append(ToolCall(call[0], call[1], call_id(id_seed, len(calls))))
+        for name, args in found:
+            calls.append(ToolCall(name, args, call_id(id_seed, len(calls))))
     kept.append(text[pos:])
     return ParsedAnswer("".join(kept).strip(), tuple(calls), tuple(problems))
 
 
-def _one_call(body: str) -> tuple[tuple[str, dict[str, Any]] | None, str]:
+def _block(body: str) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """The calls in one block: an object, or a list of objects (SmolLM2's own habit)."""
     try:
         obj = json.loads(body)
     except ValueError as exc:
-        return None, f"tool call is not JSON ({exc.msg} at character {exc.pos}): {body[:120]!r}"
+        return [], f"tool call is not JSON ({exc.msg} at character {exc.pos}): {body[:120]!r}"
+    out = []
+    for item in obj if isinstance(obj, list) and obj else [obj]:
+        call, why = _one_call(item, body)
+        if call is None:
+            return [], why
+        out.append(call)
+    return out, ""
+
+
+def _one_call(obj: Any, body: str) -> tuple[tuple[str, dict[str, Any]] | None, str]:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None, f"tool call needs a string 'name': {body[:120]!r}"
     args = obj.get("arguments", {})

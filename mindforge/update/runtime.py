@@ -144,8 +144,26 @@ def _make_trainer(policy: Any, fields: dict[str, Any]) -> Any:
 
 
 def _runner_factory(url: str, model_path: Path, settings: Settings) -> Callable[[dict[str, Any], int | None], Any]:
-    raise MissingPart("the harness (mindforge.harness) is not in this tree yet")
+    """(HCP document, max_tokens) -> the production harness's turn runner against ``url``."""
+    harness = need("mindforge.harness")
+    from mindforge.hcp import parse_hcp
+
+    client = harness.EngineClient(url, api_key=settings.api_key)  # one client: its pools are per event loop
+
+    def runner_for(doc: dict[str, Any], max_tokens: int | None) -> Any:
+        h = harness.open_harness(parse_hcp(doc, "hcp"), url, model_path, settings, client=client)
+        return harness.task_runner(h, max_tokens=max_tokens)
+
+    return runner_for
 
 
 def _probe_renderer(model_path: Path) -> Callable[[dict[str, Any], str, Any], list[int]]:
-    raise MissingPart("the harness (mindforge.harness) is not in this tree yet")
+    """(HCP document, route, task) -> the ids the harness sends for the task's first answer on ``route``."""
+    harness = need("mindforge.harness")
+    from mindforge.hcp import parse_hcp
+
+    def render(doc: dict[str, Any], route: str, task: Any) -> list[int]:
+        h = harness.Harness(parse_hcp(doc, "hcp"), None, harness.renderer_for(model_path))
+        return harness.probe_prompt_ids(h, route, task)
+
+    return render

@@ -1,0 +1,82 @@
+"""`mindforge serve`: the OpenAI-compatible MoL proxy in front of a multi-LoRA engine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mindforge.cli._common import user_errors
+from mindforge.errors import InputError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def api_key_from(key_file: Path | None, env_value: str | None) -> str | None:
+    """The key from ``--api-key-file`` (first line) or MINDFORGE_API_KEY; None when neither is set."""
+    if key_file is not None:
+        try:
+            key = key_file.expanduser().read_text().strip().splitlines()
+        except OSError as exc:
+            raise InputError(str(key_file), "", f"cannot read the API key file: {exc.strerror}") from None
+        if not key or not key[0].strip():
+            raise InputError(str(key_file), "1", "the API key file is empty")
+        return key[0].strip()
+    return env_value or None
+
+
+def check_auth(host: str, key: str | None, allow_unauthenticated: bool) -> None:
+    if key is not None:
+        return
+    if not allow_unauthenticated:
+        raise InputError("mindforge serve", "--api-key-file", "an API key is required: set MINDFORGE_API_KEY or "
+                         "pass --api-key-file (or, on a loopback address only, --allow-unauthenticated)")
+    if host not in LOOPBACK:
+        raise InputError("mindforge serve", "--allow-unauthenticated",
+                         f"serving without a key is allowed only on a loopback address, not on {host!r}")
+
+
+@user_errors()
+def serve(
+    hcp: Annotated[Path, typer.Option("--hcp", help="HCP file describing the harness.")],
+    upstream: Annotated[str | None, typer.Option(
+        "--upstream", help="Engine URL (vLLM, SGLang or `mindforge engine serve`) [default: settings].")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Bind address [default: settings.host].")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port [default: settings.proxy_port].")] = None,
+    allow_unauthenticated: Annotated[bool, typer.Option(
+        "--allow-unauthenticated", help="Serve without an API key (loopback addresses only).")] = False,
+    api_key_file: Annotated[Path | None, typer.Option(
+        "--api-key-file", help="File whose first line is the API key clients must send.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Model name or folder for the tokenizer [default: the HCP's provider.model].")] = None,
+    public_model: Annotated[str | None, typer.Option(
+        "--public-model", help="Model name clients see [default: the HCP's provider.model].")] = None,
+) -> None:
+    """Serve /v1/chat/completions, /v1/responses, /v1/models and /health through the MoL harness."""
+    import logging
+
+    import uvicorn
+
+    from mindforge.engine.registry import resolve_model
+    from mindforge.harness import open_harness
+    from mindforge.harness.client import EngineClient
+    from mindforge.harness.proxy import create_app
+    from mindforge.hcp import load_hcp
+    from mindforge.settings import load_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = load_settings()
+    bind = host or settings.host
+    key = api_key_from(api_key_file, settings.api_key)
+    check_auth(bind, key, allow_unauthenticated)
+    doc = load_hcp(hcp)
+    url = (upstream or settings.engine_url or settings.local_engine_url).rstrip("/")
+    engine_key = os.environ.get(doc.provider.api_key_env) if doc.provider.api_key_env else None
+    model_path = resolve_model(model or doc.provider.model, settings)
+    harness = open_harness(doc, url, model_path, settings, client=EngineClient(url, api_key=engine_key))
+    app = create_app(harness, public_model=public_model, api_key=key)
+    print(f"mindforge proxy on http://{bind}:{settings.proxy_port if port is None else port} -> {url}"
+          f" ({'key required' if key else 'no key, loopback only'})", flush=True)
+    uvicorn.run(app, host=bind, port=settings.proxy_port if port is None else port, log_level="info")

@@ -1,0 +1,174 @@
+"""The OpenAI-compatible proxy in front of a multi-LoRA engine (``mindforge serve``).
+
+Endpoints: ``/v1/chat/completions`` (stateless: the client resends history;
+``stream`` answers as server-sent events; client tools are honoured: calls go
+back to the client, and its results continue on the adapter that called,
+with no new route), ``/v1/responses`` (state kept here, continued with
+``previous_response_id``), ``/v1/models`` (the public model name only) and
+``/health``. Every turn goes through ``Harness.turn``: the same code that
+training rollouts run.
+
+Invariants: adapter names never appear in an answer (bodies are built by
+``wire`` from the turn's answer, calls and token counts only); every error is
+an OpenAI-style body naming the field, and no request can stop the server; an
+engine that is down is a 502 with the reason. A key is required on every
+``/v1`` route unless the app was built with ``api_key=None``, which the CLI
+allows only on a loopback address with ``--allow-unauthenticated``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from mindforge.errors import InputError
+from mindforge.harness import conversations as conv
+from mindforge.harness import wire
+from mindforge.harness.client import EngineError, EngineUnavailable
+from mindforge.harness.harness import Harness, TurnRecord
+from mindforge.harness.session import Session
+
+log = logging.getLogger("mindforge.proxy")
+
+
+class ProxyState:
+    def __init__(self, harness: Harness, public_model: str, api_key: str | None, max_responses: int = 20000):
+        self.harness, self.public_model, self.api_key = harness, public_model, api_key
+        self.chats = conv.ConversationStore()
+        self.responses: OrderedDict[str, Session] = OrderedDict()
+        self.max_responses = max_responses
+        self.turns = 0
+
+    def check_model(self, model: str) -> None:
+        if model != self.public_model:
+            raise wire.WireError(404, f"model: {model!r} does not exist; this server serves {self.public_model!r}",
+                                 "model", "model_not_found")
+
+    def keep_response(self, rid: str, session: Session) -> None:
+        self.responses[rid] = conv.clone(session)
+        while len(self.responses) > self.max_responses:
+            self.responses.popitem(last=False)
+
+
+def create_app(harness: Harness, *, public_model: str | None = None, api_key: str | None = None) -> FastAPI:
+    state = ProxyState(harness, public_model or harness.hcp.provider.model, api_key)
+    app = FastAPI(title="MindForge proxy", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.proxy = state
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        if state.api_key is not None and request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {state.api_key}".encode()):
+                return _error(wire.WireError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
+                                             code="invalid_api_key", kind="authentication_error"))
+        try:
+            return await call_next(request)
+        except Exception as exc:  # noqa: BLE001 - one bad request must never stop the server
+            return _error(_as_wire(exc))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": state.public_model, "turns": state.turns}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": state.public_model, "object": "model", "created": 0,
+                                            "owned_by": "mindforge"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        req = wire.parse(wire.ChatRequest, await _json(request))
+        state.check_model(req.model)
+        history, text, results = conv.split_request(req.messages)
+        session = state.chats.get(conv.history_key(history)) or conv.rebuild(harness, history)
+        session.system = conv.system_text(history) or session.system
+        record = await _turn(state, session, text, results, tools=req.tools, seed=req.seed, max_tokens=req.limit())
+        reply = wire.Message(role="assistant", content=record.answer,
+                             tool_calls=[c.openai() for c in record.pending_tool_calls] or None)
+        state.chats.put(conv.history_key([*req.messages, reply]), session)
+        if req.stream:
+            return StreamingResponse(_sse(wire.chat_chunks(record, state.public_model)),
+                                     media_type="text/event-stream")
+        return wire.chat_body(record, state.public_model)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        req = wire.parse(wire.ResponsesRequest, await _json(request))
+        state.check_model(req.model)
+        if req.previous_response_id is not None:
+            prev = state.responses.get(req.previous_response_id)
+            if prev is None:
+                raise wire.WireError(404, f"previous_response_id: no response {req.previous_response_id!r} here",
+                                     "previous_response_id", "response_not_found")
+            session = conv.clone(prev)
+        else:
+            session = harness.new_session()
+        if req.instructions is not None:
+            session.system = req.instructions
+        text, results = wire.responses_input(req)
+        record = await _turn(state, session, text, results, tools=req.chat_tools(), seed=req.seed,
+                             max_tokens=req.max_output_tokens)
+        rid = f"resp_{uuid.uuid4().hex}"
+        state.keep_response(rid, session)
+        return wire.responses_body(record, state.public_model, rid, req.previous_response_id)
+
+    for code in (404, 405):
+        app.add_exception_handler(code, _http_error)
+    return app
+
+
+async def _turn(state: ProxyState, session: Session, text: str | None, results: list, *, tools: Any,
+                seed: int | None, max_tokens: int | None) -> TurnRecord:
+    t0 = time.perf_counter()
+    record = await state.harness.turn(session, text, tools=tools, tool_results=results or None, seed=seed,
+                                      max_tokens=max_tokens)
+    state.turns += 1
+    engine_s = sum(h.duration_s for h in record.hops)
+    log.info("turn route=%s hops=%d engine=%.3fs total=%.3fs", record.route, len(record.hops), engine_s,
+             time.perf_counter() - t0)
+    return record
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except ValueError as exc:
+        raise wire.WireError(400, f"the request body is not JSON: {exc}") from None
+
+
+async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+def _as_wire(exc: Exception) -> wire.WireError:
+    if isinstance(exc, wire.WireError):
+        return exc
+    if isinstance(exc, EngineUnavailable):
+        return wire.WireError(502, f"the engine is unavailable: {exc}", code="engine_unavailable", kind="api_error")
+    if isinstance(exc, EngineError):
+        return wire.WireError(502, f"the engine refused the request: {exc.message}", code="engine_error",
+                              kind="api_error")
+    if isinstance(exc, InputError):
+        return wire.WireError(400, str(exc), param=exc.where or None)
+    log.exception("unexpected error")
+    return wire.WireError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+
+
+def _error(err: wire.WireError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _http_error(request: Request, exc: Any) -> JSONResponse:
+    return _error(wire.WireError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}"))
