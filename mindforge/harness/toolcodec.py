@@ -29,6 +29,7 @@ from typing import Any
 from mindforge.errors import InputError
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+_ESCAPED_CLOSE = "<\\/"
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
 
 TOOLS_PREAMBLE = (
@@ -86,7 +87,9 @@ def tools_block(tools: Sequence[dict[str, Any]]) -> str:
 
 def encode_calls(content: str, calls: Sequence[ToolCall]) -> str:
     """An assistant message's text: its content, then one block per call."""
-    blocks = [f"{CALL_OPEN}{canonical({'name': c.name, 'arguments': c.arguments})}{CALL_CLOSE}" for c in calls]
+    # "</" inside a JSON string is written as "<" + "\\/" (the same JSON value), so no argument closes a block
+    blocks = [CALL_OPEN + canonical({"name": c.name, "arguments": c.arguments}).replace("</", _ESCAPED_CLOSE)
+              + CALL_CLOSE for c in calls]
     return "\n".join([p for p in (content.strip(),) if p] + blocks)
 
 
