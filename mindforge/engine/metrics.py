@@ -23,6 +23,8 @@ _COUNTERS = {
     "prefix_cache_misses_total": "Prefills that found no cached prefix.",
     "prefill_tokens_saved_total": "Prompt tokens taken from the prefix cache instead of recomputed.",
     "decode_steps_total": "Batched decode steps.",
+    "request_seconds_total": "Wall time from arrival to answer, summed over requests (callers subtract it "
+                             "from their own time to measure their overhead).",
 }
 _GAUGES = {
     "running_sequences": "Sequences in the decode batch.",

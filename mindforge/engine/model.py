@@ -1,5 +1,8 @@
 """The base model, its tokenizer, and the LoRA adapters loaded next to it through peft.
 
+peft loads each adapter folder; ``StackedLoRA`` (lora.py) applies all of them
+to a mixed batch at once.
+
 Public adapter names are mapped to internal peft slots (``s0``, ``s1``, ...)
 that are never reused: a slot is the identity of one set of loaded weights.
 The prefix cache is keyed by slot, so a name that is unloaded and loaded
@@ -19,6 +22,7 @@ from pathlib import Path
 import torch
 
 from mindforge.engine.kv import SlabLayer, as_cache
+from mindforge.engine.lora import StackedLoRA, UnsupportedAdapter
 from mindforge.errors import MindForgeError
 
 BASE_SLOT = "__base__"  # peft's name for "no adapter on this row"
@@ -64,8 +68,8 @@ class EngineModel:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.eos_ids = self._eos_ids()
         self._next_slot = 0
-        self._row_slots: list[str] = []
-        self._hooked: set[int] = set()
+        self.slots: list[str] = []  # loaded peft slots, in load order
+        self.lora = StackedLoRA()
 
     def _eos_ids(self) -> frozenset[int]:
         ids: set[int] = set()
@@ -104,32 +108,20 @@ class EngineModel:
         except Exception as exc:  # peft raises many types for a folder that does not fit this base
             raise AdapterError(f"{folder}: cannot be loaded onto {self.path.name}: {type(exc).__name__}: {exc}") from exc
         self.peft.to(self.device)
-        self._hook_lora_layers()
+        try:
+            StackedLoRA.check_slot(self.peft, slot)
+        except UnsupportedAdapter as exc:
+            self.peft.delete_adapter(slot)
+            raise AdapterError(f"{folder}: {exc}") from None
+        self.slots.append(slot)
+        self.lora.rebuild(self.peft, self.slots)
         return slot
-
-    def _hook_lora_layers(self) -> None:
-        """Give every LoRA layer this batch's per-row adapters through one persistent pre-hook.
-
-        peft's own ``adapter_names=`` path installs and removes a hook on every
-        LoRA layer for each forward, walking all modules to find them (about
-        10 ms a decode step on the default model); these hooks stay and read
-        the slots of the forward in progress.
-        """
-        from peft.tuners.lora import LoraLayer
-
-        for module in self.peft.modules():
-            if isinstance(module, LoraLayer) and id(module) not in self._hooked:
-                module.register_forward_pre_hook(self._inject_slots, with_kwargs=True)
-                self._hooked.add(id(module))
-
-    def _inject_slots(self, _module, args, kwargs):
-        if self._row_slots:  # empty outside ``forward``: peft's own path (tests' references) is untouched
-            kwargs["adapter_names"] = self._row_slots
-        return args, kwargs
 
     def delete_adapter(self, slot: str) -> None:
         if self.peft is not None and slot in self.peft.peft_config:
             self.peft.delete_adapter(slot)
+            self.slots.remove(slot)
+            self.lora.rebuild(self.peft, self.slots)
 
     # ------------------------------------------------------------ forward
     @torch.inference_mode()
@@ -137,21 +129,12 @@ class EngineModel:
                 layers: list[SlabLayer], slots: list[str]) -> torch.Tensor:
         """Logits ``[B, V]`` (float32) at each row's last position; ``layers`` grow by ``T`` columns."""
         kwargs = {self._cache_kw: as_cache(layers)}
-        # the LoRA-injected transformers model under the PeftModel wrapper; the hooks supply the slots
+        # the LoRA-injected transformers model under the PeftModel wrapper; StackedLoRA adds the deltas
         net = self.base if self.peft is None else self.peft.base_model.model
-        self._row_slots = list(slots)
+        self.lora.set_rows(list(slots), self.device, self.dtype)
         try:
             out = net(input_ids=ids_B_T, attention_mask=mask_B_K, position_ids=pos_B_T, use_cache=True,
                       logits_to_keep=1, **kwargs)
         finally:
-            self._row_slots = []
+            self.lora.clear()
         return out.logits[:, -1].float()
-
-    @torch.inference_mode()
-    def teacher_forced_logprobs(self, ids: list[int], slot: str) -> torch.Tensor:
-        """``logp[t]`` = log p(ids[t+1] | ids[:t+1]) from one full forward (a reference for tests)."""
-        ids_1_T = torch.tensor([ids], device=self.device)
-        kwargs = {"adapter_names": [slot]} if self.peft is not None else {}
-        logits = self.model(input_ids=ids_1_T, **kwargs).logits[0].float()
-        logp_T_V = torch.log_softmax(logits[:-1], dim=-1)
-        return logp_T_V.gather(1, ids_1_T[0, 1:, None])[:, 0]

@@ -292,6 +292,7 @@ class Scheduler:
         result = GenerationResult(list(req.prompt_ids), choices, req.cached_tokens,
                                   queue_s=max(0.0, req.started_at - req.submitted_at), prefill_s=req.prefill_s,
                                   total_s=time.perf_counter() - req.submitted_at)
+        self.metrics.inc("request_seconds_total", result.total_s)
         resolve(req.future, result)
 
     def _fail_running(self, exc: Exception) -> None:

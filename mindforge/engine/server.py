@@ -221,7 +221,7 @@ def serve(engine: Engine, host: str, port: int, port_file: Path | None = None) -
         tmp.write_text(str(bound))
         tmp.replace(port_file)
     log.info("engine serving %s on http://%s:%d", engine.base_name, host, bound)
-    config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False)
+    config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

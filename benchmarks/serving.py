@@ -1,0 +1,142 @@
+"""The embedded engine, measured two ways side by side in one run, on the real default model.
+
+1. Batched against sequential generation: the same 8 greedy requests (adapters
+   L0-L3 mixed, a fixed number of tokens each) sent one after another, then
+   all at once. Prints tokens/s of each and the ratio (goal: >= 3x).
+2. Second-turn prefill with the prefix cache against without: a conversation's
+   second turn (first prompt + answer + a new message) on the adapter that
+   served the first turn (its keys/values are cached) and on a second name
+   loaded from the same folder (nothing cached, same weights). Prints the
+   time ratio (goal: <= 0.3x).
+3. Proxy overhead per hop, engine time subtracted: needs
+   ``mindforge.harness.proxy``; ``proxy_overhead_per_hop`` is the hook and
+   says when it is skipped.
+
+    .venv/bin/python benchmarks/serving.py [--tokens 48] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mindforge.engine.launch import EngineProcess
+from mindforge.engine.metrics import parse_metrics
+from mindforge.engine.registry import init_adapters
+from mindforge.settings import load_settings
+
+ROUTES = ("L0", "L1", "L2", "L3")
+TOPICS = ["rivers", "prime numbers", "sorting", "volcanoes", "bread", "chess", "tides", "compilers"]
+
+
+def complete(client: httpx.Client, **body) -> dict:
+    r = client.post("/v1/completions", json=body)
+    r.raise_for_status()
+    return r.json()
+
+
+def batched_vs_sequential(client: httpx.Client, tokens: int) -> tuple[float, float]:
+    def one(i: int) -> int:
+        body = complete(client, model=ROUTES[i % 4], prompt=f"Write a short note about {TOPICS[i]}.",
+                        max_tokens=tokens, temperature=0, ignore_eos=True)
+        return body["usage"]["completion_tokens"]
+
+    t0 = time.perf_counter()
+    seq_tokens = sum(one(i) for i in range(8))
+    seq_tps = seq_tokens / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        bat_tokens = sum(pool.map(one, range(8)))
+    bat_tps = bat_tokens / (time.perf_counter() - t0)
+    return seq_tps, bat_tps
+
+
+def conversation(tokenizer, i: int) -> list[int]:
+    # unique from the first token: no conversation may hit another's cached prefix
+    system = f"Session {i}. " + ("You are a careful assistant. Answer with short, correct statements. " * 12).strip()
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": f"Conversation {i}: explain how {TOPICS[i % 8]} work, step by step."}]
+    return tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+
+
+def second_turn(client: httpx.Client, tokenizer, i: int) -> tuple[list[int], float, float]:
+    """(second-turn ids, seconds on the cached adapter, seconds on the uncached twin)."""
+    first = conversation(tokenizer, i)
+    answer = complete(client, model="L1", prompt=first, max_tokens=32, temperature=0, ignore_eos=True,
+                      return_token_ids=True)["choices"][0]["token_ids"]
+    follow = tokenizer.encode("<|im_end|>\n<|im_start|>user\nAnd why does that matter?<|im_end|>\n"
+                              "<|im_start|>assistant\n")
+    ids = first + answer + follow
+    timings = {}
+    for name in ("L1", "L1-twin"):
+        t0 = time.perf_counter()
+        body = complete(client, model=name, prompt=ids, max_tokens=1, temperature=0)
+        timings[name] = time.perf_counter() - t0
+        cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert (cached > 0) == (name == "L1"), (name, cached)
+    return ids, timings["L1"], timings["L1-twin"]
+
+
+def proxy_overhead_per_hop(engine_url: str, model_path: Path) -> float | None:
+    """Hook: seconds a proxy hop adds on top of the engine's own time, or None when there is no proxy.
+
+    Measure with the engine's ``mindforge_engine_request_seconds_total``: run
+    chat turns through the proxy one at a time, subtract the counter's rise
+    from the wall time, divide by the hops the harness reports.
+    """
+    if importlib.util.find_spec("mindforge.harness.proxy") is None:
+        return None
+    raise NotImplementedError("mindforge.harness.proxy exists: wire its server into proxy_overhead_per_hop")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=48, help="tokens each of the 8 requests generates")
+    ap.add_argument("--repeats", type=int, default=3, help="conversations timed for the prefix cache")
+    args = ap.parse_args()
+    settings = load_settings()
+    from transformers import AutoTokenizer
+
+    from mindforge.engine.registry import resolve_model
+
+    model_path = resolve_model(settings.model, settings)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    with tempfile.TemporaryDirectory(prefix="mf-bench-") as tmp:
+        adapters = init_adapters(model_path, Path(tmp), ROUTES, settings=settings)
+        with EngineProcess(settings.model, adapters, settings=settings) as eng, \
+                httpx.Client(base_url=eng.url, timeout=600) as client:
+            client.post("/v1/load_lora_adapter", json={"lora_name": "L1-twin", "lora_path": str(adapters["L1"])})
+            complete(client, model="L0", prompt="warm up", max_tokens=4)
+            seq_tps, bat_tps = batched_vs_sequential(client, args.tokens)
+            print(f"generation, 8 requests x {args.tokens} tokens: sequential {seq_tps:.1f} tok/s, "
+                  f"batched {bat_tps:.1f} tok/s, ratio {bat_tps / seq_tps:.2f}x (goal >= 3x)")
+            runs = [second_turn(client, tokenizer, i) for i in range(args.repeats)]
+            hit = statistics.median(r[1] for r in runs)
+            miss = statistics.median(r[2] for r in runs)
+            print(f"second-turn prefill, {len(runs[0][0])} prompt tokens: with prefix cache {hit * 1000:.0f} ms, "
+                  f"without {miss * 1000:.0f} ms, ratio {hit / miss:.2f}x (goal <= 0.3x)")
+            m = parse_metrics(client.get("/metrics").text)
+            print(f"engine: {m['mindforge_engine_prefix_cache_hits_total']:.0f} prefix hits, "
+                  f"{m['mindforge_engine_prefill_tokens_saved_total']:.0f} prefill tokens saved, mean decode batch "
+                  f"{m['mindforge_engine_batch_size_sum'] / max(1, m['mindforge_engine_batch_size_count']):.2f}")
+            overhead = proxy_overhead_per_hop(eng.url, model_path)
+            if overhead is None:
+                print("proxy overhead per hop: skipped (mindforge.harness.proxy is not in this tree; "
+                      "hook: proxy_overhead_per_hop in benchmarks/serving.py)")
+            else:
+                print(f"proxy overhead per hop (engine time subtracted): {overhead * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
