@@ -73,6 +73,7 @@ def expand(
     """Solve the cycle's tasks through an HCP, audit failures, and edit the HCP while gains are real."""
     from pydantic import ValidationError
 
+    from mindforge.cycle.runtime import cycle_engine
     from mindforge.errors import InputError, pydantic_problems
     from mindforge.expansion import ExpansionConfig, ScriptedProposer, run_expansion
     from mindforge.expansion.runtime import open_services
@@ -97,7 +98,10 @@ def expand(
     result = finished_result(config)
     if result is None:
         scripted = [ScriptedProposer(_read_patches(patches))] if patches else None
-        with open_services(load_settings(), config, log=log, proposers=scripted) as services:
+        # The run's engine serves the adapters its HCP names (from the run's catalog);
+        # started here only when no engine is up, and stopped afterwards.
+        with cycle_engine(load_settings(), run_dir, cycle, log) as settings, \
+                open_services(settings, config, log=log, proposers=scripted) as services:
             result = run_expansion(config, services)
     else:
         log(f"cycle {cycle} already expanded; showing the stored result")

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from mindforge.errors import MindForgeError
 from mindforge.expansion.scores import TaskScores, task_scores
 from mindforge.hcp import HCP, hcp_hash
 from mindforge.store import read_parquet, write_parquet
@@ -56,6 +57,12 @@ class Evaluator:
         if path.exists():
             return read_parquet(path, Trajectory)
         got = self.solver.solve(hcp, tasks, self.samples, seed)
+        dropped = [t for t in got if t.reward is None and t.meta.get("dropped")]
+        if got and len(dropped) == len(got):
+            # Nothing was scored: the engine or the sandbox is down, not the HCP bad.
+            # Not stored, so a rerun after the fault is fixed solves these again.
+            raise MindForgeError(f"all {len(got)} solves of {version} ({tag}) failed before a verdict; "
+                                 f"first: {dropped[0].meta['dropped']}")
         self.rollouts_run += len(got)
         self.solves += 1
         write_parquet(got, path)
