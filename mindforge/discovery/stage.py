@@ -1,0 +1,231 @@
+"""The Discovery stage: propose, check, verify, measure, dedupe, archive.
+
+``run_discovery(config, services)`` judges ``config.budget`` candidates:
+
+1. ``plan``: candidate ``i`` comes from a procedural proposer (no model) or,
+   for a share of the budget, from the model's ``propose`` role; every
+   proposal is journaled before it is judged, so a rerun judges the same one;
+2. ``screen`` (cheap, no container, deterministic): parse and schema, sizes,
+   banned nondeterminism, then novelty against the archive and the earlier
+   candidates of this cycle, then decontamination;
+3. ``judge`` (per candidate, in parallel): sandbox verification (reference
+   twice, decoys), then the solve rate of the current model through the
+   harness; each decision is journaled as it is made;
+4. ``finish``: accepted tasks with provenance to ``tasks/accepted.parquet``,
+   rejected candidates to ``rejected.parquet``, the result to ``DONE.json``.
+
+The flow (``flows/discovery.py``) calls the same four functions, mapping
+``judge`` over Prefect tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from mindforge.discovery import archive
+from mindforge.discovery.checks import Rejection, check, parse_candidate
+from mindforge.discovery.config import DiscoveryConfig
+from mindforge.discovery.difficulty import measure
+from mindforge.discovery.journal import Journal
+from mindforge.discovery.novelty import NoveltyIndex, eval_prompts, structure_hash
+from mindforge.discovery.output import finish
+from mindforge.discovery.proposers import model as model_proposer
+from mindforge.discovery.proposers import procedural
+from mindforge.discovery.proposers.base import Proposal
+from mindforge.discovery.records import Decision, DiscoveryResult
+from mindforge.discovery.verify import InfraError, Verifier, verify
+from mindforge.store import RunDir
+from mindforge.tasks.models import Task
+
+
+class Solver(Protocol):
+    """The current model attempting a task: one entry per attempt, True pass, False fail, None infra error."""
+
+    def attempts(self, task: Task, first: int, count: int) -> list[bool | None]: ...
+
+
+@dataclass
+class DiscoveryServices:
+    verifier: Verifier
+    solver: Solver | None = None
+    propose_role: model_proposer.ProposeRole | None = None
+    propose_instructions: str = ""
+    hcp_version: str | None = None
+    log: Callable[[str], None] = lambda m: None
+    workers: int = 4
+    infra_retries: int = 2
+
+
+def stage_dir(config: DiscoveryConfig) -> Path:
+    return RunDir(config.run_dir).stage(config.cycle, "discovery")
+
+
+def open_journal(config: DiscoveryConfig) -> Journal:
+    return Journal(stage_dir(config) / "journal.jsonl")
+
+
+def _is_model_slot(config: DiscoveryConfig, index: int) -> bool:
+    if "model" not in config.proposers or config.model_share <= 0:
+        return False
+    if "procedural" not in config.proposers or config.model_share >= 1:
+        return True
+    step = max(1, round(1 / config.model_share))
+    return index % step == step - 1
+
+
+def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Task], journal: Journal) -> list[Proposal]:
+    """The budget's proposals, taken from the journal where a previous run made them."""
+    kinds = procedural.kinds_for(config.families) or ["instruction"]
+    seen = {structure_hash(t) for t in pool}
+    out = []
+    for i in range(config.budget):
+        p = journal.proposals.get(i)
+        if p is None:
+            if _is_model_slot(config, i) and services.propose_role is not None:
+                p = asyncio.run(model_proposer.propose(services.propose_role, services.propose_instructions, pool,
+                                                       i, config.seed, config.examples, config.families))
+            else:
+                p = _fresh_procedural(kinds[i % len(kinds)], pool, i, config, seen)
+            journal.add_proposal(p)
+        h = _hash_of(p)
+        if h:
+            seen.add(h)
+        out.append(p)
+    return out
+
+
+def _hash_of(p: Proposal) -> str | None:
+    try:
+        return structure_hash(parse_candidate(p.data))
+    except Rejection:
+        return None
+
+
+def _fresh_procedural(kind: str, pool: Sequence[Task], index: int, config: DiscoveryConfig, seen: set[str]) -> Proposal:
+    """A procedural proposal, redrawn a few times when it repeats one already made (budget is not spent twice)."""
+    p = procedural.propose(kind, pool, index, config.seed, config.families)
+    for attempt in range(1, 8):
+        if _hash_of(p) not in seen:
+            break
+        p = procedural.propose(kind, pool, index, config.seed, config.families, attempt=attempt)
+    return p
+
+
+def screen(config: DiscoveryConfig, proposals: Sequence[Proposal], archive_tasks: Sequence[Task]
+           ) -> dict[int, Task | Rejection]:
+    """Cheap checks and novelty, in index order (a candidate is compared with the earlier ones)."""
+    index = NoveltyIndex(archive_tasks, eval_prompts(archive.eval_sources(config)))
+    out: dict[int, Task | Rejection] = {}
+    for p in proposals:
+        try:
+            if p.data is None:
+                raise Rejection("malformed", "no JSON object in the proposer's answer")
+            task = parse_candidate(p.data)
+            check(task, config)
+            dup = index.duplicate_of(task, config.near_duplicate)
+            if dup is not None:
+                raise Rejection("duplicate", f"{'same as' if dup[1] >= 1 else 'near'} {dup[0]} "
+                                             f"(similarity {dup[1]:.2f})")
+            contaminated = index.contamination(task, config.contamination)
+            if contaminated is not None:
+                raise Rejection("contaminated", f"prompt overlaps an evaluation prompt ({contaminated:.2f})")
+            index.add(task)
+            out[p.index] = task
+        except Rejection as r:
+            out[p.index] = r
+    return out
+
+
+def rejected(p: Proposal, r: Rejection, task: Task | None = None, **extra) -> Decision:
+    return Decision(index=p.index, proposer=p.proposer, parents=p.parents, accepted=False, reason=r.reason,
+                    detail=r.detail[:1000], task_id=task.id if task else None,
+                    family=task.family if task else None,
+                    task=task.model_dump(mode="json") if task else None, **extra)
+
+
+def judge(config: DiscoveryConfig, services: DiscoveryServices, p: Proposal, task: Task,
+          pool_by_id: dict[str, Task]) -> Decision:
+    """Verify in the sandbox, then measure the solve rate. Raises ``InfraError`` (retry, not a reason)."""
+    start = time.monotonic()
+    parent = pool_by_id.get(p.parents[0]) if p.harder_than_parent and p.parents else None
+    try:
+        log = verify(task, services.verifier, parent=parent, extra_decoys=p.decoys)
+    except Rejection as r:
+        return rejected(p, r, task, seconds=round(time.monotonic() - start, 3))
+    base = {"index": p.index, "proposer": p.proposer, "parents": p.parents, "task_id": task.id, "family": task.family,
+                "task": task.model_dump(mode="json")}
+    if not config.measure_difficulty or services.solver is None:
+        return Decision(**base, accepted=True, log=tuple(log), seconds=round(time.monotonic() - start, 3))
+    d = measure(lambda first, n: services.solver.attempts(task, first, n), tuple(config.band),
+                config.confidence, config.min_samples, config.max_samples)
+    if d.decision == "no_attempts":
+        raise InfraError(f"the solver hit {d.infra_errors} infrastructure errors on {task.id}")
+    log.append(f"solver: {d.passes}/{d.attempts} passed ({d.infra_errors} infra errors not counted); "
+               f"Wilson {config.confidence:.0%} interval [{d.low:.2f}, {d.high:.2f}] vs band {tuple(config.band)}")
+    accepted = d.decision == "in_band"
+    return Decision(**base, accepted=accepted, reason=None if accepted else d.decision,
+                    detail="" if accepted else log[-1], passes=d.passes, attempts=d.attempts,
+                    infra_errors=d.infra_errors, solve_rate=round(d.rate, 4), interval=(round(d.low, 4),
+                                                                                          round(d.high, 4)),
+                    learnability=round(d.learnability, 4), log=tuple(log), seconds=round(time.monotonic() - start, 3))
+
+
+def judge_with_retries(config: DiscoveryConfig, services: DiscoveryServices, p: Proposal, task: Task,
+                       pool_by_id: dict[str, Task]) -> Decision | None:
+    """``judge`` retried on infrastructure errors; None when they persist (left for a rerun)."""
+    for attempt in range(services.infra_retries + 1):
+        try:
+            return judge(config, services, p, task, pool_by_id)
+        except InfraError as exc:
+            services.log(f"candidate {p.index}: infrastructure error (try {attempt + 1}): {exc}")
+    return None
+
+
+def prepare(config: DiscoveryConfig, services: DiscoveryServices) -> tuple[Journal, list[tuple[Proposal, Task]],
+                                                                          dict[str, Task]]:
+    """Plan and screen; journal screen rejections; return what still needs judging."""
+    journal = open_journal(config)
+    pool = archive.task_pool(config)
+    proposals = plan(config, services, pool, journal)
+    screened = screen(config, proposals, [*pool, *archive.archived_tasks(config.run_dir)])
+    pending = []
+    for p in proposals:
+        outcome = screened[p.index]
+        if isinstance(outcome, Rejection):
+            task = None
+            if p.data is not None:
+                try:
+                    task = parse_candidate(p.data)
+                except Rejection:
+                    pass
+            journal.add_decision(rejected(p, outcome, task))
+        elif p.index not in journal.decisions:
+            pending.append((p, outcome))
+    return journal, pending, {t.id: t for t in pool}
+
+
+def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> DiscoveryResult:
+    start = time.monotonic()
+    journal, pending, pool_by_id = prepare(config, services)
+    services.log(f"discovery cycle {config.cycle}: {config.budget} candidates, {len(pending)} to judge")
+    infra: list[int] = []
+
+    def one(item: tuple[Proposal, Task]) -> None:
+        p, task = item
+        d = judge_with_retries(config, services, p, task, pool_by_id)
+        if d is None:
+            infra.append(p.index)
+            return
+        journal.add_decision(d)
+        services.log(f"candidate {p.index} ({p.proposer}, {task.family}): "
+                     f"{'accepted' if d.accepted else d.reason} {d.detail[:120]}")
+
+    with ThreadPoolExecutor(max(1, services.workers)) as ex:
+        list(ex.map(one, pending))
+    return finish(config, journal, time.monotonic() - start, services.hcp_version, infra_pending=len(infra))
