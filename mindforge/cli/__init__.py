@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 from mindforge.cli import cycle as cycle_cmd
-from mindforge.cli import engine, expand, hcp, model, sandbox, tasks
+from mindforge.cli import discover, engine, expand, hcp, model, sandbox, tasks
 from mindforge.cli import serve as serve_cmd
 from mindforge.cli import services as services_cmd
 from mindforge.cli import status as status_cmd
@@ -28,6 +28,7 @@ app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(model.app, name="model")
 app.add_typer(engine.app, name="engine")
 app.command("update")(update_cmd.update)
+app.command("discover")(discover.discover)
 app.command("expand")(expand.expand)
 app.command("cycle")(cycle_cmd.cycle)
 app.command("status")(status_cmd.status)
