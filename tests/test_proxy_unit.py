@@ -38,6 +38,19 @@ def r():
 
 def setup(r, answer=None):
     eng = FakeEngine(r, answer)
+    eng.refuse = None  # an engine 4xx message to answer with, to check what leaks through
+    scripted = eng.handler
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if eng.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        if eng.refuse:
+            return httpx.Response(400, json={"error": {"message": eng.refuse}})
+        return scripted(request)
+
+    eng.handler = handler
     app = create_app(eng.harness(), api_key=KEY)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy.test")
     client = openai.AsyncOpenAI(api_key=KEY, base_url="http://proxy.test/v1", http_client=http, max_retries=0)
@@ -138,7 +151,17 @@ def test_bad_input_is_a_clear_error_and_the_server_keeps_serving(r) -> None:
             await client.chat.completions.create(model="smollm2-135m-instruct",
                                                  messages=[{"role": "user", "content": "x"}])
         assert down.value.status_code == 502 and "unavailable" in str(down.value)
+        health = await http.get("/health")
+        assert health.status_code == 503 and health.json()["upstream"]["ok"] is False
+        assert "ConnectError" in health.json()["upstream"]["error"]
         eng.down = False
+        assert (await http.get("/health")).json()["upstream"] == {"ok": True, "error": None}
+        eng.refuse = "adapter 'mf-L1-v0000' is not loaded (loaded: mf-L0-v0000, mf-L2-v0000)"
+        refused = await http.post("/v1/chat/completions", headers=auth, json={
+            "model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x"}]})
+        assert refused.status_code == 502 and "is not loaded" in refused.json()["error"]["message"]
+        assert "mf-L" not in refused.text  # adapter names never reach the client, errors included
+        eng.refuse = None
         ok = await client.chat.completions.create(model="smollm2-135m-instruct",
                                                   messages=[{"role": "user", "content": "L0 still there?"}])
         assert ok.choices[0].message.content == "Answer to: L0 still there?"

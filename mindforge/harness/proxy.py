@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -53,6 +54,16 @@ class ProxyState:
             raise wire.WireError(404, f"model: {model!r} does not exist; this server serves {self.public_model!r}",
                                  "model", "model_not_found")
 
+    def scrub(self, err: wire.WireError) -> wire.WireError:
+        """The error with every served adapter name replaced by the public model name."""
+        names = {self.harness.hcp.served_adapter(r) for r in self.harness.hcp.router.routes}
+        message = err.message
+        for name in sorted(names, key=len, reverse=True):
+            message = message.replace(name, self.public_model)
+        if message != err.message:
+            err = wire.WireError(err.status, message, err.param, err.code, err.kind)
+        return err
+
     def keep_response(self, rid: str, session: Session) -> None:
         self.responses[rid] = conv.clone(session)
         while len(self.responses) > self.max_responses:
@@ -74,11 +85,15 @@ def create_app(harness: Harness, *, public_model: str | None = None, api_key: st
         try:
             return await call_next(request)
         except Exception as exc:  # noqa: BLE001 - one bad request must never stop the server
-            return _error(_as_wire(exc))
+            return _error(state.scrub(_as_wire(exc)))
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": state.public_model, "turns": state.turns}
+    async def health() -> JSONResponse:
+        reason = await _upstream_problem(state.harness)
+        body = {"status": "ok" if reason is None else "degraded", "model": state.public_model,
+                "turns": state.turns, "upstream": {"ok": reason is None, "error": reason}}
+        # 503 when the engine is down, so a load balancer stops sending turns that can only fail
+        return JSONResponse(body, status_code=200 if reason is None else 503)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -137,6 +152,21 @@ async def _turn(state: ProxyState, session: Session, text: str | None, results: 
     log.info("turn route=%s hops=%d engine=%.3fs total=%.3fs", record.route, len(record.hops), engine_s,
              time.perf_counter() - t0)
     return record
+
+
+async def _upstream_problem(harness: Harness, timeout_s: float = 5.0) -> str | None:
+    """None when the engine answers ``GET /health``, else why not (one try: a probe must be quick)."""
+    client = harness.client
+    headers = {"Authorization": f"Bearer {client.api_key}"} if client.api_key else {}
+    try:
+        async with httpx.AsyncClient(base_url=client.base_url, timeout=timeout_s, transport=client.transport,
+                                     headers=headers) as http:
+            resp = await http.get("/health")
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong, the probe reports it instead of failing
+        return f"engine at {client.base_url}: {type(exc).__name__}: {exc or 'no answer'}"
+    if resp.status_code != 200:
+        return f"engine at {client.base_url} answered /health with HTTP {resp.status_code}"
+    return None
 
 
 async def _json(request: Request) -> Any:
