@@ -28,7 +28,7 @@ from mindforge.harness.client import Completion, EngineClient
 from mindforge.harness.render import ChatRenderer
 from mindforge.harness.session import Segment, Session, ViewBuilder
 from mindforge.harness.toolcodec import CALL_CLOSE, ToolCall, encode_result, function_of, parse
-from mindforge.hcp import HCP
+from mindforge.hcp import HCP, ROUTES
 from mindforge.tasks.models import Hop
 
 ToolExecutor = Callable[[str, Any], Awaitable[Any]]
@@ -88,8 +88,12 @@ class Harness:
     async def turn(self, session: Session, user_message: str | None, *,
                    tools: Sequence[dict[str, Any]] | None = None, tool_executor: ToolExecutor | None = None,
                    tool_results: Sequence[ToolResult] | None = None, seed: int | None = None,
-                   max_tokens: int | None = None) -> TurnRecord:
-        """One user turn (``user_message``) or the continuation after client tool results."""
+                   max_tokens: int | None = None, route: str | None = None) -> TurnRecord:
+        """One user turn (``user_message``) or the continuation after client tool results.
+
+        ``route`` pins a new request to one route without a route hop (training one
+        specialist, tests); ``None`` asks the router, as production does.
+        """
         async with session.lock:
             if tools is not None:
                 for t in tools:
@@ -102,10 +106,10 @@ class Harness:
             else:
                 if not isinstance(user_message, str) or not user_message.strip():
                     raise InputError("turn", "user_message", "expected a non-empty request text")
-                route_hop = await self._route(user_message, next(seeds))
-                decision = router.decide(self.hcp, route_hop.text)
-                rec = TurnRecord(answer="", route=decision.route, hops=[route_hop], routed=True)
-                seg = session.begin(decision.route, user_message)
+                if route is not None and route not in ROUTES:
+                    raise InputError("turn", "route", f"expected one of {ROUTES}, got {route!r}")
+                rec = await self._decide(user_message, route, next(seeds))
+                seg = session.begin(rec.route, user_message)
                 for event in ("task_start",):
                     seg.trace += [self.views.hook_ids(h.action, h.text) for h in self.hcp.hooks_for(event, seg.owner)]
             await self._answer_loop(session, seg, rec, tool_executor, seeds, max_tokens)
@@ -136,6 +140,12 @@ class Harness:
         for _call, result in results:
             seg.trace.append(self.renderer.message_ids("tool", encode_result(result, cap)))
         seg.trace += [self.views.hook_ids(h.action, h.text) for h in self.hcp.hooks_for("after_tool_result", seg.owner)]
+
+    async def _decide(self, request: str, pinned: str | None, seed: int | None) -> TurnRecord:
+        if pinned is not None:
+            return TurnRecord(answer="", route=pinned)
+        hop = await self._route(request, seed)
+        return TurnRecord(answer="", route=router.decide(self.hcp, hop.text).route, hops=[hop], routed=True)
 
     async def _route(self, request: str, seed: int | None) -> Hop:
         ids = self.renderer.prompt(router.route_messages(self.hcp, request), prefill=router.PREFILL)

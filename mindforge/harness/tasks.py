@@ -15,11 +15,11 @@ from mindforge.tasks.models import Task
 from mindforge.update.rollouts import ToolCaller, TurnOutcome, TurnRunner
 
 
-def task_runner(harness: Harness, *, max_tokens: int | None = None) -> TurnRunner:
+def task_runner(harness: Harness, *, max_tokens: int | None = None, route: str | None = None) -> TurnRunner:
     async def run(task: Task, seed: int, tools: ToolCaller | None) -> TurnOutcome:
         session = harness.new_session()
         record = await harness.turn(session, task.prompt, tools=[t.openai() for t in task.tools],
-                                    tool_executor=tools, seed=seed, max_tokens=max_tokens)
+                                    tool_executor=tools, seed=seed, max_tokens=max_tokens, route=route)
         return TurnOutcome(answer=record.answer, hops=record.hops, calls=record.calls, route=record.route)
 
     return run

@@ -1,0 +1,234 @@
+"""The proxy and harness over the real embedded engine and the real default model.
+
+One engine and one proxy for the module; answers are kept to a few tokens
+(the HCP is the default one with small max_tokens and greedy answers) so the
+whole module stays within minutes on two busy cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from harness_fakes import make_hcp
+
+from mindforge.harness import EngineClient, open_harness
+from mindforge.harness.proxy import create_app
+
+MODEL = "smollm2-135m-instruct"
+KEY = "sk-engine-test"
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+SLIM = {  # short prompts: every prefill costs on two shared cores
+    "/router/identity": "You are MindForge-Small.",
+    "/router/route_prompt": "Which specialist fits the request above?\n{{LORA_DESCRIPTIONS}}\n"
+                            "Reply with one label from {{ROUTE_LABELS}}.",
+    "/router/routes/L0/description": "chat", "/router/routes/L1/description": "tool calls",
+    "/router/routes/L2/description": "Python code", "/router/routes/L3/description": "HTML",
+    "/agents_md": "", "/skills": [], "/system/L0": "Be brief.", "/system/L2": "Write Python.",
+    "/system/L3": "Write HTML.", "/system/L1": "Call tools in the format shown.",
+}
+SMALL = [*({"op": "replace", "path": k, "value": v} for k, v in SLIM.items()),
+    {"op": "replace", "path": "/tunable/2/min", "value": 1},
+    {"op": "replace", "path": "/provider/sampling/answer/max_tokens", "value": 12},
+    {"op": "replace", "path": "/provider/sampling/answer/temperature", "value": 0.0},
+    {"op": "replace", "path": "/provider/sampling/summary/max_tokens", "value": 6},
+]
+
+
+class Recording(EngineClient):
+    """The real client, keeping (adapter, prompt ids) of every call: what the engine saw."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.calls: list[tuple[str, tuple[int, ...]]] = []
+
+    async def complete(self, *, model, prompt_ids, **kw):
+        out = await super().complete(model=model, prompt_ids=prompt_ids, **kw)
+        self.calls.append((model, tuple(out[0].prompt_ids)))
+        return out
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from mindforge.engine import EngineProcess
+    from mindforge.engine.registry import init_adapters
+
+    hcp = make_hcp(SMALL)
+    folders = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"))
+    with EngineProcess(MODEL, {hcp.served_adapter(r): p for r, p in folders.items()}) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def proxy(engine):
+    import uvicorn
+
+    client = Recording(engine.url)
+    harness = open_harness(make_hcp(SMALL), engine.url, client=client)
+    app = create_app(harness, api_key=KEY)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    while not server.started:
+        time.sleep(0.05)
+    yield url, harness, client
+    server.should_exit = True
+    thread.join(10)
+
+
+def oai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(api_key=KEY, base_url=url + "/v1", max_retries=0, timeout=600)
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return float(re.search(rf"^mindforge_engine_{name} (\S+)$", text, re.MULTILINE).group(1))
+
+
+def test_chat_turn_and_streaming(proxy) -> None:
+    url, _, _ = proxy
+    client = oai(url)
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say hello."}])
+    assert reply.choices[0].message.content and reply.model == MODEL and "mf-L" not in reply.model_dump_json()
+    chunks = list(client.chat.completions.create(model=MODEL, stream=True, messages=[
+        {"role": "user", "content": "Say hello."}, {"role": "assistant", "content": reply.choices[0].message.content},
+        {"role": "user", "content": "Now say goodbye."}]))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks).strip()
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_responses_continuation(proxy) -> None:
+    url, _, client_rec = proxy
+    client = oai(url)
+    one = client.responses.create(model=MODEL, input="My name is Ada. Say hi.")
+    n = len(client_rec.calls)
+    two = client.responses.create(model=MODEL, input="What is my name?", previous_response_id=one.id)
+    assert one.output_text and two.output_text is not None and two.previous_response_id == one.id
+    answer_prompt = client_rec.calls[n:][1][1]  # route hop, then the answer hop
+    assert "My name is Ada" in proxy[1].renderer.decode(answer_prompt)  # the first turn is in the second's view
+
+
+def test_tool_call_round_trip_continues_on_the_same_adapter(proxy) -> None:
+    url, harness, rec = proxy
+    client = oai(url)
+    # an in-context example in the client's history (rebuilt by the proxy) shows the model the format
+    example = {"id": "call_ex", "type": "function",
+               "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}
+    msgs = [{"role": "user", "content": "What is the weather in Rome?"},
+            {"role": "assistant", "content": "", "tool_calls": [example]},
+            {"role": "tool", "tool_call_id": "call_ex", "content": '{"sky": "rain"}'},
+            {"role": "assistant", "content": "It rains in Rome."},
+            {"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS, max_tokens=40)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    adapter = rec.calls[-1][0]
+    n = len(rec.calls)
+    msgs += [choice.message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "sunny", "celsius": 21}'}]
+    client.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS, max_tokens=12)
+    after = rec.calls[n:]
+    assert after and after[0][0] == adapter  # no route hop: the first call after the result is the answer
+    prev = next(p for m, p in reversed(rec.calls[:n]) if m == adapter)
+    assert after[0][1][: len(prev)] == prev and '"celsius": 21' in harness.renderer.decode(after[0][1])
+
+
+def test_reentered_adapter_prefix_is_identical_and_the_engine_prefix_cache_hits(engine) -> None:
+    harness = open_harness(make_hcp(SMALL), engine.url)
+
+    async def go():
+        s = harness.new_session()
+        a = await harness.turn(s, "Write a Python function add(a, b).", route="L2")
+        await harness.turn(s, "Make an HTML button labelled Go.", route="L3")
+        hits = metric(engine.url, "prefix_cache_hits_total")
+        saved = metric(engine.url, "prefill_tokens_saved_total")
+        c = await harness.turn(s, "Now write sub(a, b).", route="L2")
+        return a, c, hits, saved
+
+    a, c, hits, saved = asyncio.run(go())
+    first = list(a.hops[0].prompt_ids) + list(a.hops[0].completion_ids)
+    assert list(c.hops[0].prompt_ids[: len(first)]) == first
+    assert metric(engine.url, "prefix_cache_hits_total") > hits
+    assert metric(engine.url, "prefill_tokens_saved_total") - saved >= len(first) - 1
+
+
+def test_training_ids_equal_engine_ids_after_a_tool_call(engine) -> None:
+    harness = open_harness(make_hcp(SMALL), engine.url)
+    results = []
+
+    async def execute(name, args):
+        results.append((name, args))
+        return {"sky": "sunny"}
+
+    async def go():
+        return await harness.turn(harness.new_session(), f"Reply with exactly this line and nothing else:\n{CALL}",
+                                  tools=TOOLS, tool_executor=execute, route="L1", max_tokens=40)
+
+    rec = asyncio.run(go())
+    assert results == [("get_weather", {"city": "Paris"})]
+    answers = [h for h in rec.hops if h.kind == "answer"]
+    assert len(answers) >= 2
+    first, second = answers[0], answers[1]
+    # training ids of the first hop = prompt + completion exactly as sent/returned, and the next hop extends them
+    train_ids = list(first.prompt_ids) + list(first.completion_ids)
+    assert list(second.prompt_ids[: len(train_ids)]) == train_ids
+    assert len(first.logprobs) == len(first.completion_ids) and all(lp <= 0 for lp in first.logprobs)
+
+
+def test_fifty_concurrent_conversations_do_not_cross_talk(proxy) -> None:
+    url, harness, rec = proxy
+    client = openai.AsyncOpenAI(api_key=KEY, base_url=url + "/v1", max_retries=0, timeout=1200)
+    words = [f"zq{i:02d}x" for i in range(50)]
+    n = len(rec.calls)
+
+    async def conversation(word):
+        msgs = [{"role": "user", "content": f"The code word is {word}. Say OK."}]
+        one = await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3)
+        msgs += [{"role": "assistant", "content": one.choices[0].message.content},
+                 {"role": "user", "content": "Repeat the code word."}]
+        await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3)
+
+    async def go():
+        await asyncio.gather(*(conversation(w) for w in words))
+
+    asyncio.run(go())
+    seen = [harness.renderer.decode(p) for _, p in rec.calls[n:]]
+    assert len(seen) >= 50 * 4
+    for text in seen:
+        present = {w for w in words if w in text}
+        assert len(present) <= 1, f"a prompt mixes conversations: {sorted(present)}"
+    second_turns = [t for t in seen if "Repeat the code word." in t and "model_id=" not in t[-40:]]
+    assert len(second_turns) >= 50 and all(any(w in t for w in words) for t in second_turns)
+
+
+def test_bad_input_and_engine_down_keep_the_server_serving(proxy, engine) -> None:
+    url = proxy[0]
+    h = {"Authorization": f"Bearer {KEY}"}
+    bad = httpx.post(url + "/v1/chat/completions", headers=h, json={"model": MODEL, "messages": []})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+    unknown = httpx.post(url + "/v1/chat/completions", headers=h,
+                         json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]["message"]
+    down_harness = open_harness(make_hcp(SMALL), "http://127.0.0.1:9", client=EngineClient("http://127.0.0.1:9",
+                                                                                             backoff_s=0.01))
+    down = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(down_harness, api_key=None)),
+                             base_url="http://p")
+    resp = asyncio.run(down.post("/v1/chat/completions",
+                                 json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]}))
+    assert resp.status_code == 502 and "unavailable" in resp.json()["error"]["message"]
+    ok = oai(url).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Still there?"}])
+    assert ok.choices[0].message.content is not None
