@@ -40,6 +40,7 @@ class DiscoveryConfig(BaseModel):
     model_share: float = Field(default=0.25, ge=0.0, le=1.0, description="Share of the budget the model proposes")
     examples: int = Field(default=3, ge=1, le=8, description="Reference tasks shown to the model proposer")
     seed: int = 0
+    reference_runs: int = Field(default=2, ge=2, le=32, description="Sandbox runs the reference must pass")
     # difficulty
     band: tuple[float, float] = (0.1, 0.9)
     confidence: float = Field(default=0.9, gt=0.5, lt=1.0)

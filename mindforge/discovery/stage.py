@@ -155,7 +155,7 @@ def judge(config: DiscoveryConfig, services: DiscoveryServices, p: Proposal, tas
     start = time.monotonic()
     parent = pool_by_id.get(p.parents[0]) if p.harder_than_parent and p.parents else None
     try:
-        log = verify(task, services.verifier, parent=parent, extra_decoys=p.decoys)
+        log = verify(task, services.verifier, parent=parent, extra_decoys=p.decoys, runs=config.reference_runs)
     except Rejection as r:
         return rejected(p, r, task, seconds=round(time.monotonic() - start, 3))
     base = {"index": p.index, "proposer": p.proposer, "parents": p.parents, "task_id": task.id, "family": task.family,

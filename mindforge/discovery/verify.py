@@ -60,20 +60,22 @@ def _line(name: str, v: Verdict) -> str:
     return f"{name}: {v.status.value}" + (f" (failed {', '.join(failed[:5])})" if failed else "")
 
 
-def verify(task: Task, verifier: Verifier, parent: Task | None = None, extra_decoys: Sequence[str] = ()) -> list[str]:
+def verify(task: Task, verifier: Verifier, parent: Task | None = None, extra_decoys: Sequence[str] = (),
+           runs: int = 2) -> list[str]:
     """The verification log when the task is sound; raises ``Rejection`` or ``InfraError``."""
-    probes = [("reference run 1", task.reference), ("reference run 2", task.reference), *decoys(task, parent, extra_decoys)]
+    probes = [(f"reference run {i}", task.reference) for i in range(1, runs + 1)]
+    probes += decoys(task, parent, extra_decoys)
     verdicts = verifier.verify_many([(task, c) for _, c in probes])
     infra = [(n, v) for (n, _), v in zip(probes, verdicts, strict=True) if v.status == VerdictStatus.INFRA_ERROR]
     if infra:
         raise InfraError(f"{infra[0][0]}: {infra[0][1].log[-300:]}")
     log = [_line(n, v) for (n, _), v in zip(probes, verdicts, strict=True)]
-    ref = [v.status == VerdictStatus.PASS and not v.flaky for v in verdicts[:2]]
-    if ref[0] != ref[1] or any(v.flaky for v in verdicts[:2]):
-        raise Rejection("flaky", "the reference passed on one run and failed on the other: " + "; ".join(log[:2]))
+    ref = [v.status == VerdictStatus.PASS for v in verdicts[:runs]]
+    if len(set(ref)) > 1 or any(v.flaky for v in verdicts[:runs]):
+        raise Rejection("flaky", f"the reference passed {sum(ref)} of {runs} runs: " + "; ".join(log[:runs]))
     if not ref[0]:
         raise Rejection("reference_fails", log[0])
-    passing = [n for (n, _), v in zip(probes[2:], verdicts[2:], strict=True) if v.status == VerdictStatus.PASS]
+    passing = [n for (n, _), v in zip(probes[runs:], verdicts[runs:], strict=True) if v.status == VerdictStatus.PASS]
     if passing:
         raise Rejection("non_discriminating", f"the tests pass for: {', '.join(passing)}")
     return log

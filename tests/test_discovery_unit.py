@@ -1,0 +1,163 @@
+"""Discovery's pure parts: Wilson interval, sequential sampling, checks, novelty, proposers, journal."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from mindforge.discovery import archive
+from mindforge.discovery.checks import Rejection, check, parse_candidate, sources_used
+from mindforge.discovery.config import DiscoveryConfig
+from mindforge.discovery.difficulty import measure, wilson
+from mindforge.discovery.journal import Journal
+from mindforge.discovery.novelty import NoveltyIndex, structure_hash
+from mindforge.discovery.proposers import model as model_proposer
+from mindforge.discovery.proposers import procedural
+from mindforge.discovery.proposers.base import Proposal
+from mindforge.discovery.records import Decision
+from mindforge.discovery.stage import DiscoveryServices, plan, screen
+from mindforge.tasks.models import Task
+
+
+def cfg(tmp_path: Path, **kw) -> DiscoveryConfig:
+    return DiscoveryConfig(run_dir=tmp_path, cycle=1, mbpp_dir=None, **kw)
+
+
+def fn_task(ep="add_one", body="return x + 1", tests=("assert add_one(1) == 2",), prompt=None) -> Task:
+    return Task(family="L2", prompt=prompt or f"Write a Python function `{ep}(x)` that adds one.",
+                output_kind="function", entry_point=ep, reference=f"def {ep}(x):\n    {body}\n",
+                tests=[{"name": f"t{i}", "code": c} for i, c in enumerate(tests)])
+
+
+def test_wilson_matches_known_values() -> None:
+    lo, hi = wilson(5, 10, 0.95)
+    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
+    assert wilson(0, 10, 0.95)[0] == pytest.approx(0.0, abs=1e-12) and wilson(0, 10, 0.95)[1] == pytest.approx(0.2775, abs=1e-3)
+
+
+def _scripted(results):
+    calls = []
+
+    def attempt(first, n):
+        calls.append((first, n))
+        return results[first:first + n]
+
+    return attempt, calls
+
+
+def test_all_failures_stop_early_as_too_hard() -> None:
+    attempt, calls = _scripted([False] * 50)
+    d = measure(attempt, (0.1, 0.9), 0.9, 4, 12)
+    assert d.decision == "too_hard" and d.attempts == 4 and calls == [(0, 4)]
+
+
+def test_all_passes_stop_early_as_too_easy() -> None:
+    attempt, _ = _scripted([True] * 50)
+    assert measure(attempt, (0.1, 0.9), 0.9, 4, 12).decision == "too_easy"
+
+
+def test_mixed_results_sample_until_the_interval_is_inside_the_band() -> None:
+    attempt, calls = _scripted([True, False] * 20)
+    d = measure(attempt, (0.1, 0.9), 0.9, 4, 16)
+    assert d.decision == "in_band" and 0.1 <= d.low and d.high <= 0.9 and d.rate == 0.5 and d.learnability == 0.25
+    attempt, calls = _scripted([True, False, False, False] * 10)  # 1/4 at n=4: the interval reaches below 0.1
+    d = measure(attempt, (0.1, 0.9), 0.9, 4, 16)
+    assert len(calls) > 1 and d.attempts > 4 and d.decision in ("in_band", "undecided")
+    assert (d.decision == "in_band") == (0.1 <= d.low and d.high <= 0.9)
+
+
+def test_infra_errors_are_never_counted_as_attempts() -> None:
+    attempt, _ = _scripted([None, None, True, False, True, False, True, False, True, False, True, False] * 3)
+    d = measure(attempt, (0.1, 0.9), 0.9, 4, 16)
+    assert d.infra_errors == 2 and d.passes * 2 == d.attempts
+
+
+def test_infra_errors_only_give_no_decision() -> None:
+    attempt, _ = _scripted([None] * 100)
+    assert measure(attempt, (0.1, 0.9), 0.9, 4, 8).decision == "no_attempts"
+
+
+def test_cheap_checks(tmp_path: Path) -> None:
+    c = cfg(tmp_path)
+    check(fn_task(), c)
+    with pytest.raises(Rejection, match="entry point"):
+        check(fn_task().model_copy(update={"entry_point": "other"}), c)
+    with pytest.raises(Rejection) as r:
+        check(fn_task(body="import random\n    return x + random.randint(1, 1)"), c)
+    assert r.value.reason == "nondeterministic" and "random" in r.value.detail
+    with pytest.raises(Rejection) as r:
+        check(fn_task(tests=("assert add_one(1) ==",)), c)
+    assert r.value.reason == "malformed" and "does not parse" in r.value.detail
+    assert sources_used(ast.parse("from urllib.parse import quote")) == set()
+    assert sources_used(ast.parse("import urllib.request")) == {"network"}
+    with pytest.raises(Rejection, match="/tests"):
+        parse_candidate({"family": "L2", "prompt": "x", "output_kind": "function", "entry_point": "f",
+                         "reference": "def f(): pass", "tests": []})
+
+
+def test_structure_hash_ignores_names_but_not_shown_code() -> None:
+    a = fn_task("add_one", "return x + 1")
+    b = fn_task("plus_one", "return x + 1", tests=("assert plus_one(1) == 2",))
+    assert structure_hash(a) == structure_hash(b)
+    assert structure_hash(a) != structure_hash(fn_task("add_one", "return x + 2"))
+    shown = a.model_copy(update={"prompt": a.prompt + "\n```python\ndef add_one(x):\n    return x - 1\n```"})
+    assert structure_hash(shown) != structure_hash(a)
+
+
+def test_novelty_index_finds_near_duplicates_and_contamination() -> None:
+    a = fn_task(prompt="Write a Python function `add_one(x)` that returns the number x plus one, for any integer x.")
+    idx = NoveltyIndex([a], ["Write a function to find the shared elements from the given two lists."])
+    near = fn_task(body="return 1 + x", prompt=a.prompt.replace("any integer", "every integer"))
+    assert idx.duplicate_of(near, 0.5) is not None
+    leak = fn_task(prompt="Write a function to find the shared elements from the given two lists. Name it add_one.")
+    assert idx.contamination(leak, 0.6) is not None
+    assert idx.contamination(a, 0.6) is None
+
+
+def test_procedural_proposals_are_reproducible_and_valid(tmp_path: Path) -> None:
+    c = cfg(tmp_path, budget=24)
+    pool = archive.task_pool(c)
+    one = plan(c, DiscoveryServices(verifier=None), pool, Journal(tmp_path / "a.jsonl"))
+    two = plan(c, DiscoveryServices(verifier=None), pool, Journal(tmp_path / "b.jsonl"))
+    assert [p.data for p in one] == [p.data for p in two]
+    kinds = {p.proposer for p in one}
+    assert {"procedural/instruction", "procedural/function", "procedural/bugfix", "procedural/compose"} <= kinds
+    screened = screen(c, one, pool)
+    assert all(isinstance(v, Task) for v in screened.values()), screened
+
+
+def test_bugfix_mutant_differs_and_is_a_decoy(tmp_path: Path) -> None:
+    pool = archive.task_pool(cfg(tmp_path))
+    p = procedural.bugfix(pool, 3, 0)
+    assert p is not None and p.decoys and p.decoys[0] in p.data["prompt"]
+    parent = next(t for t in pool if t.id == p.parents[0])
+    assert p.data["reference"] == parent.reference and p.decoys[0] != parent.reference
+
+
+def test_model_proposal_parsing() -> None:
+    seeds = archive.seed_tasks(DiscoveryConfig(run_dir=Path("/tmp"), mbpp_dir=None))
+    l2 = [t for t in seeds if t.family == "L2"][:2]
+    answer = 'Sure! {"prompt": "Write `sq(x)` returning x*x.", "entry_point": "sq", ' \
+             '"reference": "def sq(x):\\n    return x*x", "tests": ["assert sq(3) == 9"]} done'
+    obj = model_proposer.first_json_object(answer)
+    task = parse_candidate(model_proposer.to_candidate(obj, l2))
+    assert task.entry_point == "sq" and task.tests[0].code == "assert sq(3) == 9"
+    assert model_proposer.first_json_object("no json here") is None
+    prompt = model_proposer.build_prompt("Write a task.", l2)
+    assert "Write a task." in prompt and l2[0].reference.splitlines()[0] in json.loads(
+        prompt.split("Example 1: ")[1].splitlines()[0])["reference"]
+
+
+def test_journal_drops_a_torn_tail_and_keeps_one_decision_per_index(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j.jsonl")
+    j.add_proposal(Proposal(index=0, proposer="x", data={"a": 1}))
+    j.add_decision(Decision(index=0, proposer="x", accepted=False, reason="malformed"))
+    j.add_decision(Decision(index=0, proposer="x", accepted=True))
+    with (tmp_path / "j.jsonl").open("ab") as fh:
+        fh.write(b'{"type": "decision", "index": 1, "propo')
+    again = Journal(tmp_path / "j.jsonl")
+    assert list(again.decisions) == [0] and again.decisions[0].reason == "malformed"
+    assert (tmp_path / "j.jsonl").read_bytes().endswith(b"\n")
