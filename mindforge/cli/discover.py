@@ -65,6 +65,11 @@ def discover(
     def log(message: str) -> None:
         print(f"[discover] {message}", file=sys.stderr, flush=True)
 
+    import signal
+
+    # A SIGTERM (a killed flow, a supervisor) unwinds like Ctrl-C, so the engine and
+    # containers this command started are stopped instead of orphaned.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     result = finished_result(config)
     if result is None:
         with open_services(load_settings(), config, log=log) as services:
