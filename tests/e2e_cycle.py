@@ -23,6 +23,9 @@ from prefect_stack import PrefectStack
 PARAMS = {
     "cycles": 1,
     "stages": ["discovery", "expansion", "update"],
+    # Verified tasks without the difficulty measurement: the CPU test keeps Discovery's proposers and
+    # sandbox checks, and Expansion gets enough tasks whatever the tiny model solves.
+    "discovery": {"budget": 6, "measure_difficulty": False},
     "expansion": {"budget": 1, "max_tasks": 6, "samples": 1, "patience": 1, "minibatch": 2},
     "update": {"steps": 1, "group_size": 2, "batch_tasks": 1, "validation_tasks": 2, "validation_samples": 1,
                "max_tokens": 96},

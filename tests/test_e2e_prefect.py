@@ -75,7 +75,8 @@ def test_prefect_yaml_declares_the_deployments(deployments) -> None:
     found = _api(deployments, "POST", "/deployments/filter", {})
     flows = {f["id"]: f["name"] for f in _api(deployments, "POST", "/flows/filter", {})}
     names = {f"{flows[d['flow_id']]}/{d['name']}": d for d in found}
-    assert {"rsi-cycle/embedded", "rsi-cycle/scheduled", "expansion/default", "update/default"} <= set(names)
+    assert {"rsi-cycle/embedded", "rsi-cycle/scheduled", "discovery/default", "expansion/default",
+            "update/default"} <= set(names)
     assert all(d["work_pool_name"] == "mindforge" for d in names.values())
     scheduled = names["rsi-cycle/scheduled"]
     crons = [s["schedule"].get("cron") for s in scheduled["schedules"]]
