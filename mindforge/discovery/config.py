@@ -37,8 +37,9 @@ class DiscoveryConfig(BaseModel):
     seed_tasks: Path | None = None  # None: the packaged seed_tasks/
     families: tuple[Route, ...] = ()  # empty: every family
     proposers: tuple[str, ...] = PROPOSERS
-    model_share: float = Field(default=0.25, ge=0.0, le=1.0, description="Share of the budget the model proposes")
+    model_share: float = Field(default=0.1, ge=0.0, le=1.0, description="Share of the budget the model proposes")
     examples: int = Field(default=3, ge=1, le=8, description="Reference tasks shown to the model proposer")
+    propose_max_tokens: int = Field(default=384, ge=16, le=8192)
     seed: int = 0
     reference_runs: int = Field(default=2, ge=2, le=32, description="Sandbox runs the reference must pass")
     # difficulty

@@ -75,7 +75,7 @@ def open_services(settings: Settings, config: DiscoveryConfig,
                                     client=EngineClient(live.engine_url, api_key=live.api_key))
 
             async def propose_role(prompt: str, seed: int) -> str:
-                record = await harness_for().role("propose", prompt, seed=seed, max_tokens=512)
+                record = await harness_for().role("propose", prompt, seed=seed, max_tokens=config.propose_max_tokens)
                 return record.answer
 
             services.solver = HarnessSolver(harness_for, pool, hcp, config.max_tokens, config.seed)

@@ -58,7 +58,7 @@ class DiscoveryServices:
     propose_instructions: str = ""
     hcp_version: str | None = None
     log: Callable[[str], None] = lambda m: None
-    workers: int = 4
+    workers: int = 8
     infra_retries: int = 2
 
 
@@ -80,18 +80,26 @@ def _is_model_slot(config: DiscoveryConfig, index: int) -> bool:
 
 
 def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Task], journal: Journal) -> list[Proposal]:
-    """The budget's proposals, taken from the journal where a previous run made them."""
+    """The budget's proposals, taken from the journal where a previous run made them.
+
+    Model proposals of the budget are sampled together (the engine batches them).
+    """
     kinds = procedural.kinds_for(config.families) or ["instruction"]
+    model_slots = [i for i in range(config.budget) if i not in journal.proposals and _is_model_slot(config, i)]
+    if model_slots and services.propose_role is not None:
+        async def all_model() -> list[Proposal]:
+            return list(await asyncio.gather(*(model_proposer.propose(
+                services.propose_role, services.propose_instructions, pool, i, config.seed, config.examples,
+                config.families) for i in model_slots)))
+
+        for p in asyncio.run(all_model()):
+            journal.add_proposal(p)
     seen = {structure_hash(t) for t in pool}
     out = []
     for i in range(config.budget):
         p = journal.proposals.get(i)
         if p is None:
-            if _is_model_slot(config, i) and services.propose_role is not None:
-                p = asyncio.run(model_proposer.propose(services.propose_role, services.propose_instructions, pool,
-                                                       i, config.seed, config.examples, config.families))
-            else:
-                p = _fresh_procedural(kinds[i % len(kinds)], pool, i, config, seen)
+            p = _fresh_procedural(kinds[i % len(kinds)], pool, i, config, seen)
             journal.add_proposal(p)
         h = _hash_of(p)
         if h:
