@@ -37,5 +37,15 @@ app.command("down")(services_cmd.down)
 app.command("serve")(serve_cmd.serve)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    import signal
+
+    # SIGTERM (kill, a Prefect cancellation, systemd) unwinds like Ctrl-C, so
+    # every `with` block runs its exit: engines and sandbox containers a
+    # command started are stopped, not orphaned.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     app()
