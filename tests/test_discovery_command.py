@@ -29,7 +29,7 @@ MINDFORGE = ROOT / ".venv" / "bin" / "mindforge"
 def discover(run_dir: Path, *args: str, timeout: int) -> tuple[dict, str]:
     proc = subprocess.run([str(MINDFORGE), "discover", "--run-dir", str(run_dir), "--cycle", "1", *args, "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "DO_NOT_TRACK": "1"})
+                          env={**os.environ, "DO_NOT_TRACK": "1"}, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
     return json.loads(last), proc.stderr
