@@ -85,7 +85,8 @@ def right_padded(rows: Sequence[Sequence[int]], pad: int, device: Any = "cpu") -
 
 def _nucleus_logp(logits_CV: torch.Tensor, tokens_C: torch.Tensor, temp_C: torch.Tensor,
                   top_p_C: torch.Tensor) -> torch.Tensor:
-    logp_CV = torch.log_softmax(logits_CV.float() / temp_C[:, None], dim=-1)
+    wide_CV = logits_CV if logits_CV.dtype == torch.float64 else logits_CV.float()  # fp32 at least
+    logp_CV = torch.log_softmax(wide_CV / temp_C[:, None], dim=-1)
     token_C = logp_CV.gather(1, tokens_C[:, None]).squeeze(1)
     if bool((top_p_C >= 1.0).all()):
         return token_C

@@ -1,0 +1,156 @@
+"""One GRPO step two ways side by side: naive against resident-prefix, chunked logprobs in both.
+
+The real default model with an L2 adapter (fresh A, small random B) in fp32;
+one group of G samples sharing a prompt of ``--prompt`` tokens, each with a
+completion of ``--completion`` tokens; the same samples, loss type and token
+weights for both variants. Each variant runs in its own process, so one's
+allocations cannot hide in the other's peak. Per variant:
+
+- step time: forward + backward of the whole step (``loss_and_grads``), as
+  CPU time of the process (all its threads) and wall time: on a shared
+  machine the CPU time is the one other processes do not distort;
+- peak memory: the process's RSS high-water during the step (a sampling
+  thread every 2 ms, and ``ru_maxrss``), minus the RSS before the step, so
+  the model weights both share are not counted; the total peak is printed
+  too.
+
+Prints one line a variant, the loss and gradient-norm agreement, and the
+ratios prefix/naive (goals: memory <= 0.4x, time <= 0.6x).
+
+    .venv/bin/python benchmarks/grpo_step.py [--prompt 1024] [--group 8] [--completion 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Self
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _samples(vocab: int, prompt: int, group: int, completion: int):
+    import torch
+
+    from mindforge.update.samples import Sample
+
+    gen = torch.Generator().manual_seed(0)
+    prompt_ids = torch.randint(3, vocab, (prompt,), generator=gen).tolist()
+    out = []
+    for i in range(group):
+        comp = torch.randint(3, vocab, (completion,), generator=gen).tolist()
+        old = (-torch.rand(completion, generator=gen) * 4).tolist()
+        ids = tuple(prompt_ids + comp)
+        out.append(Sample(group=0, trajectory_id=f"s{i}", kind="answer", route="L2", ids=ids,
+                          mask=(False,) * prompt + (True,) * completion, old_logprobs=(0.0,) * prompt + tuple(old),
+                          advantage=(i % 2) - 0.5, temperature=1.0, top_p=1.0))
+    return out
+
+
+class _Peak:
+    """RSS high-water of this process, sampled on a thread (psutil), while a block runs."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.proc, self.peak, self.stop = psutil.Process(), 0, threading.Event()
+
+    def __enter__(self) -> Self:
+        self.base = self.proc.memory_info().rss
+        self.peak = self.base
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.002)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    if args.mem_limit_gb:  # fail with an allocation error rather than wake the OOM killer on a shared host
+        limit = int(args.mem_limit_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    from mindforge.engine.registry import init_adapters, resolve_model
+    from mindforge.update.policy import TRAIN_ADAPTER, load_policy
+    from mindforge.update.trainer import GRPOConfig, GRPOTrainer
+
+    model = resolve_model("smollm2-135m-instruct")
+    with tempfile.TemporaryDirectory() as tmp:
+        policy = load_policy(model, init_adapters(model, Path(tmp), routes=("L2",))["L2"])
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for n, p in policy.named_parameters():
+            if "lora_B" in n and TRAIN_ADAPTER in n:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
+    trainer = GRPOTrainer(policy, GRPOConfig(loss_type="dapo", logit_chunk=args.chunk,
+                                             micro_batch_size=args.group, min_prefix_tokens=1))
+    samples = _samples(policy.config.vocab_size, args.prompt, args.group, args.completion)
+    with _Peak() as peak:
+        start, cpu0 = time.perf_counter(), time.process_time()
+        loss = trainer.loss_and_grads(samples, resident=args.variant == "prefix")
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    grads = [p.grad for p in trainer.params if p.grad is not None]
+    print(json.dumps({
+        "variant": args.variant, "seconds": seconds, "cpu_seconds": cpu, "loss": loss,
+        "grad_norm": float(torch.nn.utils.get_total_norm(grads)),
+        "step_peak_mb": (peak.peak - peak.base) / 2**20, "peak_rss_mb": peak.peak / 2**20,
+        "ru_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--completion", type=int, default=128)
+    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--mem-limit-gb", type=float, default=0.0, help="address-space limit of each variant (0: none)")
+    ap.add_argument("--variant", choices=["naive", "prefix"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.variant:
+        child(args)
+        return
+    print(f"GRPO step, default model fp32, prompt {args.prompt}, G={args.group}, completion {args.completion}, "
+          f"head chunk {args.chunk}", flush=True)
+    rows = {}
+    for variant in ("naive", "prefix"):
+        cmd = [sys.executable, __file__, "--variant", variant, "--prompt", str(args.prompt),
+               "--group", str(args.group), "--completion", str(args.completion), "--chunk", str(args.chunk),
+               "--mem-limit-gb", str(args.mem_limit_gb)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(f"{variant}: failed (exit {done.returncode})\n{done.stderr[-2000:]}")
+            return
+        rows[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+        r = rows[variant]
+        print(f"{variant:>7}: {r['cpu_seconds']:8.1f} s CPU ({r['seconds']:.1f} s wall)   step peak {r['step_peak_mb']:8.0f} MiB   "
+              f"process peak {r['peak_rss_mb']:8.0f} MiB   loss {r['loss']:.8f}   grad norm {r['grad_norm']:.6e}",
+              flush=True)
+    n, p = rows["naive"], rows["prefix"]
+    print(f"loss rel diff {abs(p['loss'] - n['loss']) / abs(n['loss']):.2e}   "
+          f"grad norm rel diff {abs(p['grad_norm'] - n['grad_norm']) / n['grad_norm']:.2e}")
+    print(f"prefix/naive: memory {p['step_peak_mb'] / n['step_peak_mb']:.2f}x (goal <= 0.4x)   "
+          f"time {p['cpu_seconds'] / n['cpu_seconds']:.2f}x CPU, {p['seconds'] / n['seconds']:.2f}x wall "
+          "(goal <= 0.6x)")
+
+
+if __name__ == "__main__":
+    main()
