@@ -144,3 +144,14 @@ def test_a_sound_task_in_band_is_accepted_with_its_log(tmp_path: Path, pool) -> 
     assert d.accepted and d.solve_rate == 0.5 and d.learnability == 0.25
     assert any(line.startswith("reference run 2: pass") for line in d.log)
     assert any(line.startswith("no-op: fail") for line in d.log)
+
+
+def test_contaminated_by_the_shared_mbpp_set(tmp_path: Path) -> None:
+    c = DiscoveryConfig(run_dir=tmp_path, cycle=1)  # the default: ../shared/data/mbpp/ when present
+    sources = archive.eval_sources(c)
+    if not sources:
+        pytest.skip("../shared/data/mbpp/ is not present on this machine")
+    data = {**GOOD, "prompt": "Write a function to find the shared elements from the given two lists. "
+                              "Name it triple."}
+    out = screen(c, [Proposal(index=0, proposer="hand", data=data)], archive.task_pool(c))[0]
+    assert out.reason == "contaminated"
