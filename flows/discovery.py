@@ -1,5 +1,8 @@
 """The Discovery stage as a Prefect flow: candidates judged as mapped tasks, then published.
 
+Judge tasks share the live services (sandbox pool, engine client) of the flow run in this
+process, so they run on a thread task runner.
+
 Resuming is the journal's job, not Prefect's cache: every proposal and every
 decision is a line in ``cycles/N/discovery/journal.jsonl``, so a rerun of a
 killed flow judges only the candidates without a decision (none twice, none
