@@ -88,9 +88,13 @@ def tools_block(tools: Sequence[dict[str, Any]]) -> str:
 def encode_calls(content: str, calls: Sequence[ToolCall]) -> str:
     """An assistant message's text: its content, then one block per call."""
     # "</" inside a JSON string is written as "<" + "\\/" (the same JSON value), so no argument closes a block
-    blocks = [CALL_OPEN + canonical({"name": c.name, "arguments": c.arguments}).replace("</", _ESCAPED_CLOSE)
-              + CALL_CLOSE for c in calls]
+    blocks = [CALL_OPEN + call_json(c).replace("</", _ESCAPED_CLOSE) + CALL_CLOSE for c in calls]
     return "\n".join([p for p in (content.strip(),) if p] + blocks)
+
+
+def call_json(call: ToolCall) -> str:
+    """``{"name":...,"arguments":{...}}``: name first, as the format reads (models copy the order)."""
+    return '{"name":' + canonical(call.name) + ',"arguments":' + canonical(call.arguments) + "}"
 
 
 def encode_result(result: Any, max_chars: int | None = None) -> str:
