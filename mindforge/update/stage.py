@@ -232,7 +232,7 @@ class _Run:
     def _train(self, policy: Any, train: Sequence[Task]) -> list[CurveRow]:
         import time
 
-        trainer = self.svc.make_trainer(policy, dict(self.cfg.grpo))
+        trainer = self.svc.make_trainer(policy, self._grpo_fields())
         served = self.doc["router"]["routes"][self.route]["served_adapter"]
         curve: list[CurveRow] = []
         for step in range(self.cfg.steps):
@@ -252,6 +252,18 @@ class _Run:
             if step + 1 < self.cfg.steps:
                 served = self._serve_scratch(policy, step + 1)
         return curve
+
+    def _grpo_fields(self) -> dict[str, Any]:
+        """GRPOConfig fields: the route and the HCP's sampling (the trainer scores tokens under the
+        distribution the engine drew them from), overridden by ``grpo``."""
+        sampling = self.doc["provider"]["sampling"]
+        answer, route = sampling["answer"], sampling["route"]
+        return {
+            "route": self.route, "temperature": answer["temperature"], "top_p": answer["top_p"],
+            "route_temperature": route["temperature"], "route_top_p": route["top_p"],
+            "max_completion_length": self.cfg.max_tokens or answer["max_tokens"], "seed": self.cfg.seed,
+            **self.cfg.grpo,
+        }
 
     def _serve_scratch(self, policy: Any, step: int) -> str:
         """Load the weights being trained into the engine, so the next rollouts are on policy."""
