@@ -161,3 +161,33 @@ def test_journal_drops_a_torn_tail_and_keeps_one_decision_per_index(tmp_path: Pa
     again = Journal(tmp_path / "j.jsonl")
     assert list(again.decisions) == [0] and again.decisions[0].reason == "malformed"
     assert (tmp_path / "j.jsonl").read_bytes().endswith(b"\n")
+
+
+class _PassRefOnly:
+    """Stand-in verifier: the reference passes, every decoy fails (the sandbox is tested elsewhere)."""
+
+    def verify_many(self, jobs):
+        from mindforge.tasks.models import Verdict, VerdictStatus
+
+        return [Verdict(task_id=t.id, status=VerdictStatus.PASS if c == t.reference else VerdictStatus.FAIL)
+                for t, c in jobs]
+
+
+class _HalfSolver:
+    def attempts(self, task, first, count):
+        return [(first + i) % 2 == 0 for i in range(count)]
+
+
+def test_run_discovery_writes_dataset_with_provenance_and_done(tmp_path: Path) -> None:
+    from mindforge.discovery.output import accepted_tasks, finished_result
+    from mindforge.discovery.stage import run_discovery
+
+    c = cfg(tmp_path, budget=10, proposers=("procedural",))
+    result = run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_HalfSolver(), hcp_version="h1"))
+    assert result.accepted == 10 and set(result.by_family) >= {"L0", "L2"} and result.rejected == {}
+    tasks = accepted_tasks(c)
+    assert len(tasks) == 10 and all(t.provenance.cycle == 1 and t.provenance.hcp_version == "h1" for t in tasks)
+    assert all(t.provenance.extra["solve_rate"] == 0.5 and t.provenance.extra["learnability"] == 0.25 for t in tasks)
+    bugfix = [t for t in tasks if t.provenance.proposer == "procedural/bugfix"]
+    assert bugfix and all(t.provenance.parents for t in bugfix)
+    assert finished_result(c) == result
