@@ -8,9 +8,9 @@
    served the first turn (its keys/values are cached) and on a second name
    loaded from the same folder (nothing cached, same weights). Prints the
    time ratio (goal: <= 0.3x).
-3. Proxy overhead per hop, engine time subtracted: needs
-   ``mindforge.harness.proxy``; ``proxy_overhead_per_hop`` is the hook and
-   says when it is skipped.
+3. Proxy overhead per hop, engine time subtracted: chat turns through the
+   proxy's app over the same engine; the engine's own counters give its time
+   and hop count. Prints the overhead and its ratio to the engine's time.
 
     .venv/bin/python benchmarks/serving.py [--tokens 48] [--repeats 3]
 """
@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -88,16 +87,60 @@ def second_turn(client: httpx.Client, tokenizer, i: int) -> tuple[list[int], flo
     return ids, timings["L1"], timings["L1-twin"]
 
 
-def proxy_overhead_per_hop(engine_url: str, model_path: Path) -> float | None:
-    """Hook: seconds a proxy hop adds on top of the engine's own time, or None when there is no proxy.
+def proxy_overhead_per_hop(engine_url: str, model_path: Path, adapters: dict[str, Path],
+                           turns: int = 6) -> tuple[float, float]:
+    """(seconds a hop spends outside the engine, engine seconds a hop), through ``mindforge serve``'s app.
 
-    Measure with the engine's ``mindforge_engine_request_seconds_total``: run
-    chat turns through the proxy one at a time, subtract the counter's rise
-    from the wall time, divide by the hops the harness reports.
+    Chat turns go one at a time through the proxy (its real app on uvicorn,
+    the default HCP, its served adapter names loaded from the same folders);
+    the engine's ``request_seconds_total`` and ``requests_total`` counters give
+    the engine time and hop count, so what is left of the wall time is the
+    proxy's: HTTP in and out, harness rendering and routing, the engine client.
     """
-    if importlib.util.find_spec("mindforge.harness.proxy") is None:
-        return None
-    raise NotImplementedError("mindforge.harness.proxy exists: wire its server into proxy_overhead_per_hop")
+    import socket
+    import threading
+
+    import uvicorn
+
+    from mindforge.harness import open_harness
+    from mindforge.harness.proxy import create_app
+    from mindforge.hcp import load_hcp
+
+    hcp = load_hcp(REPO / "hcp" / "examples" / "default.hcp.json")
+    with httpx.Client(base_url=engine_url, timeout=600) as engine:
+        for route in hcp.router.routes:
+            engine.post("/v1/load_lora_adapter", json={"lora_name": hcp.served_adapter(route),
+                                                       "lora_path": str(adapters[route])}).raise_for_status()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(open_harness(hcp, engine_url, model_path)), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    proxy = httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=600)
+    engine = httpx.Client(base_url=engine_url, timeout=60)
+    try:
+        def counters() -> tuple[float, float]:
+            m = parse_metrics(engine.get("/metrics").text)
+            return m["mindforge_engine_request_seconds_total"], m["mindforge_engine_requests_total"]
+
+        wall = engine_s = hops = 0.0
+        for i in range(turns + 1):  # the first turn warms the proxy up and is not counted
+            s0, n0 = counters()
+            t0 = time.perf_counter()
+            proxy.post("/v1/chat/completions", json={"model": hcp.provider.model, "max_tokens": 16, "messages": [
+                {"role": "user", "content": f"Name one fact about {TOPICS[i % 8]}."}]}).raise_for_status()
+            dt = time.perf_counter() - t0
+            s1, n1 = counters()
+            if i:
+                wall, engine_s, hops = wall + dt, engine_s + s1 - s0, hops + n1 - n0
+    finally:
+        proxy.close()
+        engine.close()
+        server.should_exit = True
+        thread.join(10)
+    return (wall - engine_s) / hops, engine_s / hops
 
 
 def main() -> None:
@@ -130,12 +173,9 @@ def main() -> None:
             print(f"engine: {m['mindforge_engine_prefix_cache_hits_total']:.0f} prefix hits, "
                   f"{m['mindforge_engine_prefill_tokens_saved_total']:.0f} prefill tokens saved, mean decode batch "
                   f"{m['mindforge_engine_batch_size_sum'] / max(1, m['mindforge_engine_batch_size_count']):.2f}")
-            overhead = proxy_overhead_per_hop(eng.url, model_path)
-            if overhead is None:
-                print("proxy overhead per hop: skipped (mindforge.harness.proxy is not in this tree; "
-                      "hook: proxy_overhead_per_hop in benchmarks/serving.py)")
-            else:
-                print(f"proxy overhead per hop (engine time subtracted): {overhead * 1000:.1f} ms")
+            overhead, engine_hop = proxy_overhead_per_hop(eng.url, model_path, adapters)
+            print(f"proxy overhead per hop (engine time subtracted): {overhead * 1000:.1f} ms, engine time per hop "
+                  f"{engine_hop * 1000:.0f} ms, overhead/engine {overhead / engine_hop:.3f}x")
 
 
 if __name__ == "__main__":
