@@ -182,3 +182,45 @@ def test_api_key_rules(tmp_path) -> None:
         check_auth("0.0.0.0", None, True)
     check_auth("127.0.0.1", None, True)
     check_auth("0.0.0.0", "k", False)
+
+
+def test_stream_usage_chunk_when_asked(r) -> None:
+    _, _, http, client = setup(r)
+
+    async def go():
+        stream = await client.chat.completions.create(model="smollm2-135m-instruct", stream=True,
+                                                      stream_options={"include_usage": True},
+                                                      messages=[{"role": "user", "content": "L0 hi"}])
+        chunks = [c async for c in stream]
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+        assert chunks[-2].choices[0].finish_reason == "stop"
+        bad = await http.post("/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, json={
+            "model": "smollm2-135m-instruct", "stream": True, "stream_options": "yes",
+            "messages": [{"role": "user", "content": "x"}]})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "stream_options"
+
+    asyncio.run(go())
+
+
+def test_fifty_concurrent_conversations_keep_their_own_state(r) -> None:
+    """Each conversation's second answer prompt holds its own marker and no other (the engine's own view)."""
+    eng, _, _, client = setup(r)
+    words = [f"qz{i:02d}k" for i in range(50)]
+
+    async def conversation(word):
+        msgs = [{"role": "user", "content": f"L2 the marker is {word}"}]
+        one = await client.chat.completions.create(model="smollm2-135m-instruct", messages=msgs)
+        msgs += [{"role": "assistant", "content": one.choices[0].message.content},
+                 {"role": "user", "content": "L2 repeat it"}]
+        two = await client.chat.completions.create(model="smollm2-135m-instruct", messages=msgs)
+        return two.choices[0].message.content
+
+    async def go():
+        return await asyncio.gather(*(conversation(w) for w in words))
+
+    assert asyncio.run(go()) == ["Answer to: L2 repeat it"] * 50
+    seconds = [r.decode(q["prompt"], False) for q in eng.requests if q["model"] == "mf-L2-v0000"]
+    seconds = [t for t in seconds if t.endswith("L2 repeat it<|im_end|>\n<|im_start|>assistant\n")]  # no summaries
+    assert len(seconds) == 50
+    for text in seconds:
+        assert sum(w in text for w in words) == 1, text  # its own first task verbatim, nobody else's

@@ -112,8 +112,10 @@ def create_app(harness: Harness, *, public_model: str | None = None, api_key: st
                              tool_calls=[c.openai() for c in record.pending_tool_calls] or None)
         state.chats.put(conv.history_key([*req.messages, reply]), session)
         if req.stream:
-            return StreamingResponse(_sse(wire.chat_chunks(record, state.public_model)),
-                                     media_type="text/event-stream")
+            chunks = wire.chat_chunks(record, state.public_model)
+            if _wants_usage(req):  # OpenAI's stream_options.include_usage: a last chunk with no choices
+                chunks.append({**chunks[-1], "choices": [], "usage": record.usage})
+            return StreamingResponse(_sse(chunks), media_type="text/event-stream")
         return wire.chat_body(record, state.public_model)
 
     @app.post("/v1/responses")
@@ -152,6 +154,14 @@ async def _turn(state: ProxyState, session: Session, text: str | None, results: 
     log.info("turn route=%s hops=%d engine=%.3fs total=%.3fs", record.route, len(record.hops), engine_s,
              time.perf_counter() - t0)
     return record
+
+
+def _wants_usage(req: wire.ChatRequest) -> bool:
+    options = (req.model_extra or {}).get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise wire.WireError(400, "stream_options: expected an object such as {\"include_usage\": true}",
+                             "stream_options")
+    return bool((options or {}).get("include_usage"))
 
 
 async def _upstream_problem(harness: Harness, timeout_s: float = 5.0) -> str | None:
