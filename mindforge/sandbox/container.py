@@ -56,6 +56,24 @@ def start_container(client, image: str, config: SandboxConfig):
     )
 
 
+class CappedOutput:
+    """Output kept up to ``cap`` bytes; the rest is read and dropped, and that is reported."""
+
+    def __init__(self, cap: int):
+        self.cap, self.size, self.truncated = cap, 0, False
+        self._parts: list[bytes] = []
+
+    def add(self, data: bytes) -> None:
+        room = self.cap - self.size
+        if room > 0:
+            self._parts.append(data[:room])
+        self.truncated |= len(data) > room
+        self.size += len(data)
+
+    def text(self) -> str:
+        return b"".join(self._parts).decode("utf-8", "replace")
+
+
 @dataclass
 class ExecResult:
     stdout: str
@@ -90,8 +108,7 @@ def run_exec(client, container, argv: list[str], timeout_s: float, cap: int, use
 
     threading.Thread(target=watchdog, daemon=True).start()
     start = time.monotonic()
-    chunks: list[bytes] = []
-    size, truncated = 0, False
+    out = CappedOutput(cap)
     sock = api.exec_start(exec_id, socket=True)
     raw = getattr(sock, "_sock", sock)
     try:
@@ -100,12 +117,7 @@ def run_exec(client, container, argv: list[str], timeout_s: float, cap: int, use
         for stream, chunk in frames_iter(sock, tty=False):
             if stream != 1:
                 continue  # stderr: the runner writes nothing there that decides anything
-            if size < cap:
-                chunks.append(chunk[: cap - size])
-                truncated |= len(chunk) > cap - size
-            else:
-                truncated = True
-            size += len(chunk)
+            out.add(chunk)
     except OSError:
         pass  # the container was killed under us; the caller inspects its state
     finally:
@@ -116,10 +128,10 @@ def run_exec(client, container, argv: list[str], timeout_s: float, cap: int, use
             pass
     code = api.exec_inspect(exec_id).get("ExitCode")
     return ExecResult(
-        stdout=b"".join(chunks).decode("utf-8", "replace"),
+        stdout=out.text(),
         exit_code=code,
         timed_out=timed_out.is_set(),
-        truncated=truncated,
+        truncated=out.truncated,
         duration_s=time.monotonic() - start,
     )
 
@@ -151,20 +163,15 @@ class JudgeSession:
         closing = f"@@MF {nonce} ".encode()
         start = time.monotonic()
         deadline = start + timeout_s
-        lines: list[bytes] = []
-        size, truncated, timed_out = 0, False, False
+        out = CappedOutput(cap)
+        timed_out = False
         try:
             self._raw.sendall(json.dumps(job).encode() + b"\n")
             while True:
                 line = self._readline(deadline)
                 if line is None:
                     break
-                if size < cap:
-                    lines.append(line[: cap - size])
-                    truncated |= len(line) > cap - size
-                else:
-                    truncated = True
-                size += len(line)
+                out.add(line)
                 if line.startswith(closing) and b'"done": true' in line:
                     break
         except TimeoutError:
@@ -177,8 +184,8 @@ class JudgeSession:
         except OSError:
             self.ended = True
         code = None if not self.ended else self._api.exec_inspect(self._exec_id).get("ExitCode")
-        return ExecResult(stdout=b"".join(lines).decode("utf-8", "replace"), exit_code=code,
-                          timed_out=timed_out, truncated=truncated, duration_s=time.monotonic() - start)
+        return ExecResult(stdout=out.text(), exit_code=code, timed_out=timed_out, truncated=out.truncated,
+                          duration_s=time.monotonic() - start)
 
     def _readline(self, deadline: float) -> bytes | None:
         """The next stdout line; None when the stream ended (the judge is gone)."""
