@@ -181,6 +181,10 @@ def test_api_key_rules(tmp_path) -> None:
     with pytest.raises(InputError, match="loopback"):
         check_auth("0.0.0.0", None, True)
     check_auth("127.0.0.1", None, True)
+    check_auth("::1", None, True)
+    check_auth("127.0.0.2", None, True)
+    with pytest.raises(InputError, match="loopback"):
+        check_auth("localhost.example.com", None, True)
     check_auth("0.0.0.0", "k", False)
 
 

@@ -11,7 +11,17 @@ import typer
 from mindforge.cli._common import user_errors
 from mindforge.errors import InputError
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds to this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def api_key_from(key_file: Path | None, env_value: str | None) -> str | None:
@@ -33,7 +43,7 @@ def check_auth(host: str, key: str | None, allow_unauthenticated: bool) -> None:
     if not allow_unauthenticated:
         raise InputError("mindforge serve", "--api-key-file", "an API key is required: set MINDFORGE_API_KEY or "
                          "pass --api-key-file (or, on a loopback address only, --allow-unauthenticated)")
-    if host not in LOOPBACK:
+    if not is_loopback(host):
         raise InputError("mindforge serve", "--allow-unauthenticated",
                          f"serving without a key is allowed only on a loopback address, not on {host!r}")
 
@@ -42,17 +52,17 @@ def check_auth(host: str, key: str | None, allow_unauthenticated: bool) -> None:
 def serve(
     hcp: Annotated[Path, typer.Option("--hcp", help="HCP file describing the harness.")],
     upstream: Annotated[str | None, typer.Option(
-        "--upstream", help="Engine URL (vLLM, SGLang or `mindforge engine serve`) [default: settings].")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Bind address [default: settings.host].")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Port [default: settings.proxy_port].")] = None,
+        "--upstream", help="Engine URL (vLLM, SGLang or `mindforge engine serve`); default: the settings' engine URL.")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Bind address; default: settings.host.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port; default: settings.proxy_port (8401).")] = None,
     allow_unauthenticated: Annotated[bool, typer.Option(
         "--allow-unauthenticated", help="Serve without an API key (loopback addresses only).")] = False,
     api_key_file: Annotated[Path | None, typer.Option(
         "--api-key-file", help="File whose first line is the API key clients must send.")] = None,
     model: Annotated[str | None, typer.Option(
-        "--model", help="Model name or folder for the tokenizer [default: the HCP's provider.model].")] = None,
+        "--model", help="Model name or folder for the tokenizer; default: the HCP's provider.model.")] = None,
     public_model: Annotated[str | None, typer.Option(
-        "--public-model", help="Model name clients see [default: the HCP's provider.model].")] = None,
+        "--public-model", help="Model name clients see; default: the HCP's provider.model.")] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/responses, /v1/models and /health through the MoL harness."""
     import logging
