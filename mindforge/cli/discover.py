@@ -60,7 +60,8 @@ def discover(
                                  measure_difficulty=not no_difficulty, seed=seed, **extra)
     except ValidationError as exc:
         where, problem = pydantic_problems(exc)[0]
-        raise InputError("mindforge discover", f"option {where.strip('/')}", problem) from None
+        field = where.strip("/")
+        raise InputError("mindforge discover", f"option {field}" if field else "options", problem) from None
 
     def log(message: str) -> None:
         print(f"[discover] {message}", file=sys.stderr, flush=True)
