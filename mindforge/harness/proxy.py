@@ -55,8 +55,15 @@ class ProxyState:
                                  "model", "model_not_found")
 
     def scrub(self, err: wire.WireError) -> wire.WireError:
-        """The error with every served adapter name replaced by the public model name."""
-        names = {self.harness.hcp.served_adapter(r) for r in self.harness.hcp.router.routes}
+        """The error with every adapter name replaced by the public model name.
+
+        Only server-side errors (the engine's words, internal failures) are
+        scrubbed: a 4xx quotes what the client itself sent, which it knows.
+        """
+        if err.status < 500:
+            return err
+        hcp = self.harness.hcp
+        names = {n for r in hcp.router.routes for n in (hcp.served_adapter(r), hcp.adapter(r))}
         message = err.message
         for name in sorted(names, key=len, reverse=True):
             message = message.replace(name, self.public_model)
