@@ -98,8 +98,31 @@ def deploy_stack(base: Path) -> PrefectStack:
     return stack
 
 
+def kill_leftovers(api_url: str) -> list[int]:
+    """Processes that still talk to this test server (a flow run's engine lives in its own process group)."""
+    import os
+    import signal
+
+    marker = f"PREFECT_API_URL={api_url}".encode()
+    killed = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
+
+
 def deployed_run(base: Path) -> DeployedRun:
-    """Start everything and run the cycle once (cached for the session)."""
+    """Start everything and run the cycle once (cached for the session).
+
+    ``base`` should be outside pytest's basetemp: concurrent pytest sessions
+    on the machine prune old basetemps, and this run takes long.
+    """
     if "run" in _CACHE:
         return _CACHE["run"]
     missing = stages_built()
@@ -125,3 +148,16 @@ def stop() -> None:
     _CACHE.pop("run", None)
     if stack is not None:
         stack.stop()
+        kill_leftovers(stack.api_url)
+    base = _CACHE.pop("base", None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def private_base() -> Path:
+    """A folder of this session's own, outside pytest's basetemp (removed by ``stop``)."""
+    import tempfile
+
+    if "base" not in _CACHE:
+        _CACHE["base"] = Path(tempfile.mkdtemp(prefix="mf-e2e-cycle-"))
+    return _CACHE["base"]

@@ -37,6 +37,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.timeout(3600)
 def test_a_cycle_killed_during_expansion_resumes_there(tmp_path: Path) -> None:
     missing = stages_built(("expansion",))
     require(not missing, f"Expansion needs parts not built yet: {', '.join(missing)}")

@@ -9,19 +9,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_cycle import deployed_run, stop
+from e2e_cycle import deployed_run, private_base, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.model]
 
 
 @pytest.fixture(scope="session")
-def cycle_run(tmp_path_factory):
+def cycle_run():
     try:
-        yield deployed_run(tmp_path_factory.mktemp("e2e-cycle"))
+        yield deployed_run(private_base())
     finally:
         stop()
 
 
+@pytest.mark.timeout(3600)  # one real cycle on the CPU; the session fixture runs inside the first test
 def test_the_deployment_run_completes(cycle_run) -> None:
     state = cycle_run.api("GET", f"/flow_runs/{cycle_run.flow_run_id}")["state"]
     assert state["type"] == "COMPLETED", f"{state}\n{cycle_run.output[-4000:]}"
@@ -30,6 +31,7 @@ def test_the_deployment_run_completes(cycle_run) -> None:
     print(f"rsi-cycle/embedded: {cycle_run.seconds:.0f}s wall")
 
 
+@pytest.mark.timeout(3600)
 def test_artifacts_read_back_through_the_api(cycle_run) -> None:
     found = cycle_run.artifacts(["cycle-1-expansion-trajectories", "cycle-1-hcp-diff", "cycle-1-summary",
                                  "cycle-1-update-summary"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cdp_browser import Browser, chromium
-from e2e_cycle import deployed_run, stop
+from e2e_cycle import deployed_run, private_base, stop
 from helpers import REPO, require
 from prefect_stack import PrefectStack
 
@@ -58,15 +58,16 @@ def check_ui(api_url: str, diff_words: list[str]) -> None:
 
 
 @pytest.fixture(scope="session")
-def cycle_run(tmp_path_factory):
+def cycle_run():
     try:
-        yield deployed_run(tmp_path_factory.mktemp("e2e-cycle"))
+        yield deployed_run(private_base())
     finally:
         stop()
 
 
 @pytest.mark.docker
 @pytest.mark.model
+@pytest.mark.timeout(3600)  # runs the cycle when the e2e test did not in this session
 def test_the_deployed_cycle_reads_well_in_the_ui(cycle_run) -> None:
     require(chromium() is not None, "Debian's chromium is not installed (scripts/setup.sh installs it)")
     diff = artifact(cycle_run.stack.api_url, "cycle-1-hcp-diff")["data"]
