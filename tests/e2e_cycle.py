@@ -26,9 +26,10 @@ PARAMS = {
     # Verified tasks without the difficulty measurement: the CPU test keeps Discovery's proposers and
     # sandbox checks, and Expansion gets enough tasks whatever the tiny model solves.
     "discovery": {"budget": 6, "measure_difficulty": False},
-    "expansion": {"budget": 1, "max_tasks": 6, "samples": 1, "patience": 1, "minibatch": 2},
-    "update": {"steps": 1, "group_size": 2, "batch_tasks": 1, "validation_tasks": 2, "validation_samples": 1,
-               "max_tokens": 96},
+    "expansion": {"budget": 1, "max_tasks": 3, "samples": 1, "patience": 1, "minibatch": 1,
+                  "proposers": ["numeric"]},
+    "update": {"steps": 1, "group_size": 2, "batch_tasks": 1, "validation_tasks": 1, "validation_samples": 1,
+               "max_tokens": 64},
 }
 _CACHE: dict[str, Any] = {}
 
