@@ -87,6 +87,8 @@ def child(args: argparse.Namespace) -> None:
     if args.mem_limit_gb:  # fail with an allocation error rather than wake the OOM killer on a shared host
         limit = int(args.mem_limit_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if args.threads:  # one thread: no OpenMP spin-waits inflating CPU time on a busy host
+        torch.set_num_threads(args.threads)
 
     from mindforge.engine.registry import init_adapters, resolve_model
     from mindforge.update.policy import TRAIN_ADAPTER, load_policy
@@ -123,6 +125,7 @@ def main() -> None:
     ap.add_argument("--completion", type=int, default=128)
     ap.add_argument("--chunk", type=int, default=256)
     ap.add_argument("--mem-limit-gb", type=float, default=0.0, help="address-space limit of each variant (0: none)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads of each variant (0: torch's default)")
     ap.add_argument("--variant", choices=["naive", "prefix"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.variant:
@@ -134,10 +137,11 @@ def main() -> None:
     for variant in ("naive", "prefix"):
         cmd = [sys.executable, __file__, "--variant", variant, "--prompt", str(args.prompt),
                "--group", str(args.group), "--completion", str(args.completion), "--chunk", str(args.chunk),
-               "--mem-limit-gb", str(args.mem_limit_gb)]
+               "--mem-limit-gb", str(args.mem_limit_gb), "--threads", str(args.threads)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            print(f"{variant}: failed (exit {done.returncode})\n{done.stderr[-2000:]}")
+            why = "out of memory" if "can't allocate memory" in done.stderr else f"exit {done.returncode}"
+            print(f"{variant}: failed ({why})\n{done.stderr[-1500:]}")
             return
         rows[variant] = json.loads(done.stdout.strip().splitlines()[-1])
         r = rows[variant]
