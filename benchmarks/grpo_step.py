@@ -124,10 +124,15 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--completion", type=int, default=128)
     ap.add_argument("--chunk", type=int, default=256)
-    ap.add_argument("--mem-limit-gb", type=float, default=0.0, help="address-space limit of each variant (0: none)")
+    ap.add_argument("--mem-limit-gb", type=float, default=None,
+                    help="address-space limit of each variant (default: 80%% of the memory available now; 0: none)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of each variant (0: torch's default)")
     ap.add_argument("--variant", choices=["naive", "prefix"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.mem_limit_gb is None:  # the naive step at the default size wants ~20 GB: fail it, not the host
+        import psutil
+
+        args.mem_limit_gb = round(0.8 * psutil.virtual_memory().available / 2**30, 1)
     if args.variant:
         child(args)
         return
