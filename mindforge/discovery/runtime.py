@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 from mindforge.discovery import archive
 from mindforge.discovery.config import DiscoveryConfig
-from mindforge.discovery.stage import DiscoveryServices
+from mindforge.discovery.stage import DiscoveryServices, stage_dir
 from mindforge.hcp import HCP, hcp_hash, load_hcp
 from mindforge.settings import Settings
 from mindforge.tasks.models import Task
@@ -35,13 +36,14 @@ from mindforge.tasks.models import Task
 class HarnessSolver:
     """``Solver``: attempts of a task by the current model, each a harness turn judged by the sandbox."""
 
-    def __init__(self, harness_for: Callable[[], Any], pool: Any, hcp: HCP, max_tokens: int, seed: int = 0):
+    def __init__(self, harness_for: Callable[[], Any], pool: Any, hcp: HCP, max_tokens: int, seed: int = 0,
+                 trajectories: Path | None = None):
         self.harness_for, self.pool, self.hcp = harness_for, pool, hcp
-        self.max_tokens, self.seed = max_tokens, seed
+        self.max_tokens, self.seed, self.trajectories = max_tokens, seed, trajectories
 
     def attempts(self, task: Task, first: int, count: int) -> list[bool | None]:
         from mindforge.harness import task_runner
-        from mindforge.update.rollouts import RolloutConfig, rollout_groups
+        from mindforge.update.rollouts import RolloutConfig, persist, rollout_groups
 
         config = RolloutConfig(group_size=count, reward="binary", seed=self.seed, concurrency=count)
         groups = asyncio.run(rollout_groups(
@@ -49,6 +51,8 @@ class HarnessSolver:
             hcp_version=hcp_hash(self.hcp), route=self.hcp.router.default_route, open_session=self.pool.session,
             seed_offset=first,
         ))
+        if self.trajectories is not None:  # every attempt kept for inspection (cycle status counts them)
+            persist(groups, self.trajectories, f"{task.id}-{first:03d}")
         return [None if t.reward is None else t.reward >= 1.0 for t in groups[0]]
 
 
@@ -78,6 +82,7 @@ def open_services(settings: Settings, config: DiscoveryConfig,
                 record = await harness_for().role("propose", prompt, seed=seed, max_tokens=config.propose_max_tokens)
                 return record.answer
 
-            services.solver = HarnessSolver(harness_for, pool, hcp, config.max_tokens, config.seed)
+            services.solver = HarnessSolver(harness_for, pool, hcp, config.max_tokens, config.seed,
+                                            trajectories=stage_dir(config) / "trajectories")
             services.propose_role = propose_role
         yield services
