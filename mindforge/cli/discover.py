@@ -39,6 +39,7 @@ def discover(
     band_high: Annotated[float, typer.Option(help="Highest solve rate kept")] = 0.9,
     min_samples: Annotated[int, typer.Option(help="Attempts before the early stop")] = 4,
     max_samples: Annotated[int, typer.Option(help="Attempts at most per task")] = 12,
+    max_tokens: Annotated[int, typer.Option(help="Solver tokens per answer")] = 160,
     no_difficulty: Annotated[bool, typer.Option("--no-difficulty", help="Keep verified tasks without solving")] = False,
     seed: Annotated[int, typer.Option(help="Proposal and sampling seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary line on stdout")] = False,
@@ -57,6 +58,7 @@ def discover(
     try:
         config = DiscoveryConfig(run_dir=run_dir, cycle=cycle, budget=budget, hcp=hcp, families=tuple(family or ()),
                                  band=(band_low, band_high), min_samples=min_samples, max_samples=max_samples,
+                                 max_tokens=max_tokens,
                                  measure_difficulty=not no_difficulty, seed=seed, **extra)
     except ValidationError as exc:
         where, problem = pydantic_problems(exc)[0]
