@@ -198,3 +198,16 @@ def test_trainer_scores_under_the_engine_sampling_distribution(tiny_adapter):
         ours = naive_logprobs(Parts.of(policy), sample, targets).tolist()
     inside = [i for i, x in enumerate(engine_lp) if x > -1e30]
     assert [ours[i] for i in inside] == pytest.approx([engine_lp[i] for i in inside], abs=1e-5)
+
+
+def test_resident_prefix_with_suffix_micro_batches_equals_naive(tiny_adapter):
+    """One prefix forward, the suffixes three at a time: the same loss and gradients, KL included."""
+    model, adapter = tiny_adapter
+    policy = load_policy(model, adapter)
+    trainer = GRPOTrainer(policy, GRPOConfig(loss_type="grpo", beta=0.05, suffix_batch_size=3, logit_chunk=5))
+    groups = _groups(policy.config.vocab_size, 30, 7, [4, 9, 2], tool_turn=True)
+    samples = [s for s in build_samples(groups, trainer.spec).samples if s.group == 0]
+    _assert_same(trainer, samples)
+    m = trainer.step(groups)
+    assert m["updated"] and m["resident_groups"] == 2 and m["tokens"] == sum(s.active for s in
+                                                                             build_samples(groups, trainer.spec).samples)

@@ -15,9 +15,10 @@ forward and the prefix contributes keys and values only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from mindforge.update.logprobs import Parts, Targets, chunked_token_logprobs, right_padded
 from mindforge.update.samples import Sample
@@ -38,8 +39,6 @@ def shared_prefix_len(samples: Sequence[Sample]) -> int:
 
 def expanded_cache(prefix_cache: object, views: int) -> object:
     """A cache whose layers are the prefix's keys/values expanded (not copied) to ``views`` rows."""
-    from transformers import DynamicCache
-
     layers = [(layer.keys.expand(views, -1, -1, -1), layer.values.expand(views, -1, -1, -1))
               for layer in prefix_cache.layers]  # type: ignore[attr-defined]
     return DynamicCache(ddp_cache_data=layers)
@@ -58,3 +57,42 @@ def resident_prefix_logprobs(parts: Parts, samples: Sequence[Sample], targets: T
     hidden_BSD = parts.body(input_ids=suffix_BS, cache=views, use_cache=True).last_hidden_state
     hidden_ND = hidden_BSD[targets.rows_N, targets.cols_N - 1 - prefix_len]
     return chunked_token_logprobs(parts.head, hidden_ND, targets, chunk)
+
+
+def resident_prefix_backward(parts: Parts, samples: Sequence[Sample], prefix_len: int,
+                             loss_of: Callable[[int, Sequence[Sample], Targets, torch.Tensor], torch.Tensor], *,
+                             batch: int, pad: int = 0, chunk: int = 256, device: object = "cpu") -> list[float]:
+    """The resident-prefix step with the suffixes in micro-batches of ``batch``: one prefix forward.
+
+    The prefix's keys/values are cut from its graph into leaves; each
+    micro-batch of suffixes runs against expanded views of them and takes
+    its backward (gradients gather in the LoRA weights and in the leaves);
+    then the gathered key/value gradients flow back through the prefix
+    forward once. The gradients equal the all-at-once step's; peak memory is
+    the prefix plus one micro-batch. ``loss_of(first, sub, targets, logp_N)``
+    returns a micro-batch's loss (``first``: index of ``sub[0]``).
+    """
+    prefix_1K = torch.tensor([list(samples[0].ids[:prefix_len])], dtype=torch.long, device=device)
+    cache = parts.body(input_ids=prefix_1K, use_cache=True).cache
+    kv = [(layer.keys, layer.values) for layer in cache.layers]  # type: ignore[attr-defined]
+    # a layer's keys may not depend on trained weights (layer 0 when k_proj has no LoRA): no leaf gradient then
+    leaves = [(k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+              for k, v in kv]
+    losses = []
+    for first in range(0, len(samples), batch):
+        sub = samples[first : first + batch]
+        targets = Targets.of(sub, device)
+        views = DynamicCache(ddp_cache_data=[(k.expand(len(sub), -1, -1, -1), v.expand(len(sub), -1, -1, -1))
+                                             for k, v in leaves])
+        suffix_BS = right_padded([s.ids[prefix_len:] for s in sub], pad, device)
+        hidden_BSD = parts.body(input_ids=suffix_BS, cache=views, use_cache=True).last_hidden_state
+        logp_N = chunked_token_logprobs(parts.head, hidden_BSD[targets.rows_N, targets.cols_N - 1 - prefix_len],
+                                        targets, chunk)
+        loss = loss_of(first, sub, targets, logp_N)
+        loss.backward()
+        losses.append(float(loss.detach()))
+    pairs = [(t, leaf.grad) for (k, v), (lk, lv) in zip(kv, leaves, strict=True)
+             for t, leaf in ((k, lk), (v, lv)) if leaf.grad is not None]
+    if pairs:
+        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+    return losses

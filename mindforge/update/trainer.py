@@ -30,7 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from mindforge.tasks.models import Route, Trajectory
 from mindforge.update.logprobs import Parts, Targets, naive_logprobs
 from mindforge.update.loss import LossType, per_token_loss, token_weights
-from mindforge.update.prefix import resident_prefix_logprobs, shared_prefix_len
+from mindforge.update.prefix import (
+    resident_prefix_backward,
+    resident_prefix_logprobs,
+    shared_prefix_len,
+)
 from mindforge.update.samples import Sample, SampleSpec, Sampling, build_samples
 
 
@@ -56,6 +60,9 @@ class GRPOConfig(BaseModel):
     train_router: bool = False  # route hops train L0 (only when route == "L0")
     resident_prefix: bool = True  # used automatically when a group's samples share a prompt
     min_prefix_tokens: int = Field(default=16, ge=1)
+    # Resident-prefix groups larger than this run their suffixes in micro-batches against one prefix
+    # forward (same gradients, memory of the prefix plus one micro-batch); None: all G at once.
+    suffix_batch_size: int | None = Field(default=None, ge=1)
     micro_batch_size: int = Field(default=4, ge=1)  # sequences a backward on the naive path
     logit_chunk: int = Field(default=256, ge=1)  # positions the head projects at a time
     seed: int = 0
@@ -179,12 +186,35 @@ class GRPOTrainer:
         if self.cfg.beta != 0.0:
             with torch.no_grad(), self.policy.disable_adapter():
                 ref_N = self._logprobs(batch, targets, use_prefix)
+        split = self.cfg.suffix_batch_size
+        if use_prefix and split is not None and len(batch) > split:
+            return self._split_backward(batch, weight_N, ref_N, split)
         logp_N = self._logprobs(batch, targets, use_prefix)
         loss_N, stats = per_token_loss(logp_N, targets.old_N, targets.adv_N, eps_low=self.cfg.epsilon_low,
                                        eps_high=self.cfg.epsilon_high, beta=self.cfg.beta, ref_logp_N=ref_N)
         loss = (loss_N * weight_N).sum()
         loss.backward()
         return float(loss.detach()), stats
+
+    def _split_backward(self, batch: list[Sample], weight_N: torch.Tensor, ref_N: torch.Tensor | None,
+                        split: int) -> tuple[float, dict[str, torch.Tensor]]:
+        starts = [0]
+        for s in batch:
+            starts.append(starts[-1] + s.active)  # a sample's tokens: a contiguous run of the group's
+        per_batch: list[dict[str, torch.Tensor]] = []
+
+        def loss_of(first: int, sub: Sequence[Sample], targets: Targets, logp_N: torch.Tensor) -> torch.Tensor:
+            sl = slice(starts[first], starts[first + len(sub)])
+            loss_N, stats = per_token_loss(
+                logp_N, targets.old_N, targets.adv_N, eps_low=self.cfg.epsilon_low, eps_high=self.cfg.epsilon_high,
+                beta=self.cfg.beta, ref_logp_N=None if ref_N is None else ref_N[sl])
+            per_batch.append(stats)
+            return (loss_N * weight_N[sl]).sum()
+
+        losses = resident_prefix_backward(self.parts, batch, shared_prefix_len(batch), loss_of, batch=split,
+                                          pad=self.pad, chunk=self.cfg.logit_chunk, device=self.device)
+        stats = {k: torch.cat([p[k] for p in per_batch]) for k in per_batch[0]}
+        return sum(losses), stats
 
     def _eval_mode(self) -> Any:
         policy = self.policy
