@@ -234,6 +234,13 @@ def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> Disco
         services.log(f"candidate {p.index} ({p.proposer}, {task.family}): "
                      f"{'accepted' if d.accepted else d.reason} {d.detail[:120]}")
 
-    with ThreadPoolExecutor(max(1, services.workers)) as ex:
+    ex = ThreadPoolExecutor(max(1, services.workers))
+    try:
         list(ex.map(one, pending))
+    except BaseException:
+        # Ctrl-C / SIGTERM: do not wait for judges blocked on the engine; the caller's
+        # services stop next, which ends them (their candidates stay undecided for a rerun).
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown()
     return finish(config, journal, time.monotonic() - start, services.hcp_version, infra_pending=len(infra))
