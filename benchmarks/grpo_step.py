@@ -14,8 +14,11 @@ allocations cannot hide in the other's peak. Per variant:
   the model weights both share are not counted; the total peak is printed
   too.
 
-Prints one line a variant, the loss and gradient-norm agreement, and the
-ratios prefix/naive (goals: memory <= 0.4x, time <= 0.6x).
+Variants: ``naive`` (the G whole sequences, one backward), ``prefix`` (the
+resident prefix, all G suffixes at once), ``prefix-split`` (one prefix
+forward, the suffixes two at a time). Prints one line a variant, the loss
+and gradient-norm agreement, and the ratios to naive (goals: memory <= 0.4x,
+time <= 0.6x). A variant that exceeds the memory limit is reported as such.
 
     .venv/bin/python benchmarks/grpo_step.py [--prompt 1024] [--group 8] [--completion 128]
 """
@@ -35,6 +38,9 @@ from typing import Self
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+
+VARIANTS = ("naive", "prefix", "prefix-split")
 
 
 def _samples(vocab: int, prompt: int, group: int, completion: int):
@@ -102,12 +108,13 @@ def child(args: argparse.Namespace) -> None:
         for n, p in policy.named_parameters():
             if "lora_B" in n and TRAIN_ADAPTER in n:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
-    trainer = GRPOTrainer(policy, GRPOConfig(loss_type="dapo", logit_chunk=args.chunk,
-                                             micro_batch_size=args.group, min_prefix_tokens=1))
+    split = 2 if args.variant == "prefix-split" else None
+    trainer = GRPOTrainer(policy, GRPOConfig(loss_type="dapo", logit_chunk=args.chunk, micro_batch_size=args.group,
+                                             min_prefix_tokens=1, suffix_batch_size=split))
     samples = _samples(policy.config.vocab_size, args.prompt, args.group, args.completion)
     with _Peak() as peak:
         start, cpu0 = time.perf_counter(), time.process_time()
-        loss = trainer.loss_and_grads(samples, resident=args.variant == "prefix")
+        loss = trainer.loss_and_grads(samples, resident=args.variant != "naive")
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     grads = [p.grad for p in trainer.params if p.grad is not None]
     print(json.dumps({
@@ -127,7 +134,7 @@ def main() -> None:
     ap.add_argument("--mem-limit-gb", type=float, default=None,
                     help="address-space limit of each variant (default: 80%% of the memory available now; 0: none)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of each variant (0: torch's default)")
-    ap.add_argument("--variant", choices=["naive", "prefix"], help=argparse.SUPPRESS)
+    ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.mem_limit_gb is None:  # the naive step at the default size wants ~20 GB: fail it, not the host
         import psutil
@@ -139,26 +146,28 @@ def main() -> None:
     print(f"GRPO step, default model fp32, prompt {args.prompt}, G={args.group}, completion {args.completion}, "
           f"head chunk {args.chunk}", flush=True)
     rows = {}
-    for variant in ("naive", "prefix"):
+    for variant in VARIANTS:
         cmd = [sys.executable, __file__, "--variant", variant, "--prompt", str(args.prompt),
                "--group", str(args.group), "--completion", str(args.completion), "--chunk", str(args.chunk),
                "--mem-limit-gb", str(args.mem_limit_gb), "--threads", str(args.threads)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             why = "out of memory" if "can't allocate memory" in done.stderr else f"exit {done.returncode}"
-            print(f"{variant}: failed ({why})\n{done.stderr[-1500:]}")
-            return
-        rows[variant] = json.loads(done.stdout.strip().splitlines()[-1])
-        r = rows[variant]
-        print(f"{variant:>7}: {r['cpu_seconds']:8.1f} s CPU ({r['seconds']:.1f} s wall)   step peak {r['step_peak_mb']:8.0f} MiB   "
-              f"process peak {r['peak_rss_mb']:8.0f} MiB   loss {r['loss']:.8f}   grad norm {r['grad_norm']:.6e}",
-              flush=True)
-    n, p = rows["naive"], rows["prefix"]
-    print(f"loss rel diff {abs(p['loss'] - n['loss']) / abs(n['loss']):.2e}   "
-          f"grad norm rel diff {abs(p['grad_norm'] - n['grad_norm']) / n['grad_norm']:.2e}")
-    print(f"prefix/naive: memory {p['step_peak_mb'] / n['step_peak_mb']:.2f}x (goal <= 0.4x)   "
-          f"time {p['cpu_seconds'] / n['cpu_seconds']:.2f}x CPU, {p['seconds'] / n['seconds']:.2f}x wall "
-          "(goal <= 0.6x)")
+            print(f"{variant:>12}: failed ({why}, limit {args.mem_limit_gb} GiB)\n{done.stderr[-600:]}", flush=True)
+            continue
+        rows[variant] = r = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{variant:>12}: {r['cpu_seconds']:8.1f} s CPU ({r['seconds']:.1f} s wall)   step peak "
+              f"{r['step_peak_mb']:8.0f} MiB   process peak {r['peak_rss_mb']:8.0f} MiB   loss {r['loss']:.8f}   "
+              f"grad norm {r['grad_norm']:.6e}", flush=True)
+    n = rows.get("naive")
+    for name in VARIANTS[1:]:
+        p = rows.get(name)
+        if n is None or p is None:
+            continue
+        print(f"{name}/naive: loss rel diff {abs(p['loss'] - n['loss']) / abs(n['loss']):.2e}, grad norm rel diff "
+              f"{abs(p['grad_norm'] - n['grad_norm']) / n['grad_norm']:.2e}; memory "
+              f"{p['step_peak_mb'] / n['step_peak_mb']:.2f}x (goal <= 0.4x), time "
+              f"{p['cpu_seconds'] / n['cpu_seconds']:.2f}x CPU, {p['seconds'] / n['seconds']:.2f}x wall (goal <= 0.6x)")
 
 
 if __name__ == "__main__":
