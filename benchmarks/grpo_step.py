@@ -16,7 +16,8 @@ allocations cannot hide in the other's peak. Per variant:
 
 Variants: ``naive`` (the G whole sequences, one backward), ``prefix`` (the
 resident prefix, all G suffixes at once), ``prefix-split`` (one prefix
-forward, the suffixes two at a time). Prints one line a variant, the loss
+forward, the suffixes two at a time); ``naive-accum`` (naive, one sequence a
+backward: the naive step's compute where its memory does not fit). Prints one line a variant, the loss
 and gradient-norm agreement, and the ratios to naive (goals: memory <= 0.4x,
 time <= 0.6x). A variant that exceeds the memory limit is reported as such.
 
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-VARIANTS = ("naive", "prefix", "prefix-split")
+VARIANTS = ("naive", "prefix", "prefix-split", "naive-accum")
 
 
 def _samples(vocab: int, prompt: int, group: int, completion: int):
@@ -109,12 +110,13 @@ def child(args: argparse.Namespace) -> None:
             if "lora_B" in n and TRAIN_ADAPTER in n:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
     split = 2 if args.variant == "prefix-split" else None
-    trainer = GRPOTrainer(policy, GRPOConfig(loss_type="dapo", logit_chunk=args.chunk, micro_batch_size=args.group,
+    micro = 1 if args.variant == "naive-accum" else args.group
+    trainer = GRPOTrainer(policy, GRPOConfig(loss_type="dapo", logit_chunk=args.chunk, micro_batch_size=micro,
                                              min_prefix_tokens=1, suffix_batch_size=split))
     samples = _samples(policy.config.vocab_size, args.prompt, args.group, args.completion)
     with _Peak() as peak:
         start, cpu0 = time.perf_counter(), time.process_time()
-        loss = trainer.loss_and_grads(samples, resident=args.variant != "naive")
+        loss = trainer.loss_and_grads(samples, resident=args.variant.startswith("prefix"))
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     grads = [p.grad for p in trainer.params if p.grad is not None]
     print(json.dumps({
@@ -134,6 +136,7 @@ def main() -> None:
     ap.add_argument("--mem-limit-gb", type=float, default=None,
                     help="address-space limit of each variant (default: 80%% of the memory available now; 0: none)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads of each variant (0: torch's default)")
+    ap.add_argument("--variants", default="naive,prefix,prefix-split", help=f"comma-separated, of {VARIANTS}")
     ap.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.mem_limit_gb is None:  # the naive step at the default size wants ~20 GB: fail it, not the host
@@ -146,7 +149,7 @@ def main() -> None:
     print(f"GRPO step, default model fp32, prompt {args.prompt}, G={args.group}, completion {args.completion}, "
           f"head chunk {args.chunk}", flush=True)
     rows = {}
-    for variant in VARIANTS:
+    for variant in args.variants.split(","):
         cmd = [sys.executable, __file__, "--variant", variant, "--prompt", str(args.prompt),
                "--group", str(args.group), "--completion", str(args.completion), "--chunk", str(args.chunk),
                "--mem-limit-gb", str(args.mem_limit_gb), "--threads", str(args.threads)]
@@ -160,7 +163,7 @@ def main() -> None:
               f"{r['step_peak_mb']:8.0f} MiB   process peak {r['peak_rss_mb']:8.0f} MiB   loss {r['loss']:.8f}   "
               f"grad norm {r['grad_norm']:.6e}", flush=True)
     n = rows.get("naive")
-    for name in VARIANTS[1:]:
+    for name in ("prefix", "prefix-split"):
         p = rows.get(name)
         if n is None or p is None:
             continue
