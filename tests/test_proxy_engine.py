@@ -80,7 +80,7 @@ def engine(tmp_path_factory):
 def proxy(engine):
     import uvicorn
 
-    client = Recording(engine.url)
+    client = Recording(engine.url, timeout_s=1800)  # 50 conversations queue on two shared cores
     harness = open_harness(make_hcp(SMALL), engine.url, client=client)
     app = create_app(harness, api_key=KEY)
     sock = socket.socket()
@@ -195,16 +195,16 @@ def test_training_ids_equal_engine_ids_after_a_tool_call(engine) -> None:
 
 def test_fifty_concurrent_conversations_do_not_cross_talk(proxy) -> None:
     url, harness, rec = proxy
-    client = openai.AsyncOpenAI(api_key=KEY, base_url=url + "/v1", max_retries=0, timeout=1200)
+    client = openai.AsyncOpenAI(api_key=KEY, base_url=url + "/v1", max_retries=0, timeout=1800)
     words = [f"zq{i:02d}x" for i in range(50)]
     n = len(rec.calls)
 
     async def conversation(word):
         msgs = [{"role": "user", "content": f"The code word is {word}. Say OK."}]
-        one = await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3)
+        one = await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2)
         msgs += [{"role": "assistant", "content": one.choices[0].message.content},
                  {"role": "user", "content": "Repeat the code word."}]
-        await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3)
+        await client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2)
 
     async def go():
         await asyncio.gather(*(conversation(w) for w in words))

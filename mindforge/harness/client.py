@@ -84,6 +84,10 @@ class EngineClient:
                 resp = await self._client().request(method, path, json=body)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 last = f"{type(exc).__name__}: {exc or 'connection failed'}"
+            except httpx.TimeoutException as exc:
+                # not retried: the engine may still be working on it, and a retry would double its load
+                raise EngineUnavailable(f"engine at {self.base_url} did not answer {path} within "
+                                        f"{self.timeout_s:.0f} s ({type(exc).__name__})") from None
             else:
                 if resp.status_code in (502, 503, 504):
                     last = f"HTTP {resp.status_code}: {_error_message(resp)}"
