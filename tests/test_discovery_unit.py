@@ -191,3 +191,24 @@ def test_run_discovery_writes_dataset_with_provenance_and_done(tmp_path: Path) -
     bugfix = [t for t in tasks if t.provenance.proposer == "procedural/bugfix"]
     assert bugfix and all(t.provenance.parents for t in bugfix)
     assert finished_result(c) == result
+
+
+def test_a_failing_model_proposer_does_not_stop_the_stage(tmp_path: Path) -> None:
+    async def broken(prompt, seed):
+        raise TimeoutError("engine did not answer")
+
+    c = cfg(tmp_path, budget=10, model_share=0.5)
+    services = DiscoveryServices(verifier=None, propose_role=broken, log=lambda m: None)
+    proposals = plan(c, services, archive.task_pool(c), Journal(tmp_path / "j.jsonl"))
+    assert len(proposals) == 10 and all(p.proposer.startswith("procedural/") for p in proposals)
+
+
+def test_model_proposals_fill_their_slots(tmp_path: Path) -> None:
+    async def echo(prompt, seed):
+        return '{"prompt": "Write `sq(x)` returning x*x.", "entry_point": "sq", ' \
+               '"reference": "def sq(x):\\n    return x*x", "tests": ["assert sq(3) == 9"]}'
+
+    c = cfg(tmp_path, budget=10, model_share=0.5, families=("L2",))
+    proposals = plan(c, DiscoveryServices(verifier=None, propose_role=echo), archive.task_pool(c),
+                     Journal(tmp_path / "j.jsonl"))
+    assert [p.index for p in proposals if p.proposer == "model"] == [1, 3, 5, 7, 9]

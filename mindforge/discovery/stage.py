@@ -87,12 +87,17 @@ def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Ta
     kinds = procedural.kinds_for(config.families) or ["instruction"]
     model_slots = [i for i in range(config.budget) if i not in journal.proposals and _is_model_slot(config, i)]
     if model_slots and services.propose_role is not None:
-        async def all_model() -> list[Proposal]:
+        async def all_model() -> list[Proposal | BaseException]:
             return list(await asyncio.gather(*(model_proposer.propose(
                 services.propose_role, services.propose_instructions, pool, i, config.seed, config.examples,
-                config.families) for i in model_slots)))
+                config.families) for i in model_slots), return_exceptions=True))
 
-        for p in asyncio.run(all_model()):
+        for i, p in zip(model_slots, asyncio.run(all_model()), strict=True):
+            if isinstance(p, BaseException):
+                # An engine failure is not the model's proposal: the slot is filled procedurally
+                # (journaled, so a rerun judges the same candidate) and the stage goes on.
+                services.log(f"model proposal {i} failed ({type(p).__name__}: {p}); a procedural one instead")
+                continue
             journal.add_proposal(p)
     seen = {structure_hash(t) for t in pool}
     out = []
