@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,3 +135,46 @@ class RunDir:
         if not base.exists():
             return []
         return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit())
+
+
+class JsonLog:
+    """An append-only JSON-lines file that survives a kill mid-write.
+
+    Each entry is written whole and fsynced before ``append`` returns. A
+    process killed mid-write leaves at most one torn last line; reading drops
+    it (and truncates the file there, so the next append starts on a fresh
+    line), and whatever it would have recorded is simply done again.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        raw = self.path.read_bytes()
+        entries, good = [], 0
+        for line in raw.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                break
+            good += len(line)
+        if good != len(raw):
+            with self.path.open("r+b") as fh:
+                fh.truncate(good)
+        return entries
+
+    def append(self, kind: str, record: BaseModel) -> dict[str, Any]:
+        entry = {"type": kind, **record.model_dump(mode="json")}
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("ab") as fh:
+                fh.write(line.encode())
+                fh.flush()
+                os.fsync(fh.fileno())
+        return entry

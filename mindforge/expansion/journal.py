@@ -14,45 +14,21 @@ one per incumbent), ``solve`` (rollouts spent on a train view or the test) and
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 from mindforge.expansion.records import BaselineRecord, CandidateRecord, SolveRecord
+from mindforge.store import JsonLog
 
 
 class Journal:
     def __init__(self, path: Path):
-        self.path = Path(path)
-        self.entries: list[dict[str, Any]] = self._read()
-
-    def _read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        raw = self.path.read_bytes()
-        entries, good = [], 0
-        for line in raw.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                break
-            good += len(line)
-        if good != len(raw):
-            with self.path.open("r+b") as fh:  # drop a torn tail so appends start on a line
-                fh.truncate(good)
-        return entries
+        self._log = JsonLog(path)
+        self.path = self._log.path
+        self.entries: list[dict[str, Any]] = self._log.read()
 
     def append(self, kind: str, record: Any) -> None:
-        entry = {"type": kind, **record.model_dump(mode="json")}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as fh:
-            fh.write((json.dumps(entry, sort_keys=True) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        self.entries.append(entry)
+        self.entries.append(self._log.append(kind, record))
 
     def candidates(self) -> list[CandidateRecord]:
         return [CandidateRecord.model_validate(_body(e)) for e in self.entries if e["type"] == "candidate"]
