@@ -30,6 +30,27 @@ def parse_adapters(specs: list[str]) -> dict[str, Path]:
     return adapters
 
 
+def watch_parent(interval_s: float = 1.0) -> None:
+    """SIGTERM ourselves once our parent is gone (re-parented), for a graceful shutdown.
+
+    An engine started by a stage or flow runs in its own process group, so a
+    SIGKILL of its starter would otherwise leave it serving forever.
+    """
+    import os
+    import signal
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 @app.command()
 @user_errors()
 def serve(
@@ -49,6 +70,8 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most sequences decoded together.")] = 32,
     prefix_cache_tokens: Annotated[int, typer.Option(
         "--prefix-cache-tokens", min=0, help="Tokens the prefix KV cache may hold (all adapters).")] = 32768,
+    exit_with_parent: Annotated[bool, typer.Option(
+        "--exit-with-parent", help="Shut down when the process that started this one dies.")] = False,
 ) -> None:
     """Serve a base model and named LoRA adapters over the vLLM-compatible HTTP API."""
     import logging
@@ -59,6 +82,8 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = load_settings()
+    if exit_with_parent:
+        watch_parent()
     adapters = parse_adapters(adapter or [])
     engine = build_engine(model or settings.model, adapters, settings=settings, device=device,
                           served_name=served_model_name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens)

@@ -52,7 +52,8 @@ class EngineProcess:
 
     def command(self, port_file: Path) -> list[str]:
         cmd = [sys.executable, "-m", "mindforge.engine", "serve", "--model", str(self.model),
-               "--host", self.host, "--port", str(self.port), "--port-file", str(port_file)]
+               "--host", self.host, "--port", str(self.port), "--port-file", str(port_file),
+               "--exit-with-parent"]
         if str(self.model) == self.settings.model:
             cmd += ["--served-model-name", self.settings.model]
         for name, path in self.adapters.items():
