@@ -4,7 +4,10 @@ BIN := $(VENV)/bin
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo test bench lint
+.PHONY: setup demo test test-acceptance bench lint
+
+# Full-size acceptance runs take tens of minutes on two CPU cores; `make test` leaves them out.
+PYTEST_ARGS ?= -m "not acceptance"
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +19,9 @@ demo: setup
 test: setup
 	@$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest ran no test" >&2; exit 1; fi; exit $$rc
+
+test-acceptance: setup
+	$(BIN)/pytest -m acceptance
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -66,6 +66,7 @@ def test_verified_dataset_without_difficulty(tmp_path: Path) -> None:
     assert again == summary and "already discovered" in err
 
 
+@pytest.mark.acceptance  # tens of minutes on two CPU cores: `make test-acceptance`, not CI
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.model
