@@ -215,7 +215,7 @@ class PolicyGradient:
         self.torch, self.policy = torch, policy
         self.opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=fields.get("lr", 0.05))
 
-    def step(self, groups):
+    def step(self, groups, families=None):
         torch = self.torch
         loss = torch.zeros(())
         tokens = 0

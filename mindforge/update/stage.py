@@ -243,7 +243,9 @@ class _Run:
             groups = self._rollouts(batch, served, self.cfg.group_size, step * 1000, self.cfg.max_tokens)
             persist(groups, self.out / "trajectories", f"train-step{step:03d}")
             usable = groups_for_training(groups)
-            metrics = _as_dict(trainer.step(usable)) if usable else {}
+            # Families let L0 learn its route choice (reward: the route matches the task's family).
+            families = {t.id: t.family for t in batch}
+            metrics = _as_dict(trainer.step(usable, families=families)) if usable else {}
             row = _curve_row(step, groups, metrics, time.monotonic() - start)
             curve.append(row)
             atomic_write_json(self.out / "curve.json", [r.model_dump() for r in curve])
