@@ -55,6 +55,24 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def stop_process_group(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM the process group led by ``pid``, wait up to ``timeout``, then SIGKILL it."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)  # reaps it when it is our child
+            except ChildProcessError:
+                done = 0 if _pid_alive(pid) else pid
+            if done or not _pid_alive(pid):
+                return
+            time.sleep(0.2)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -141,20 +159,7 @@ class ServiceManager:
         self.pidfile(name).unlink(missing_ok=True)
         if pid is None:
             return False
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                return True
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                try:
-                    done, _ = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    done = 0 if _pid_alive(pid) else pid
-                if done or not _pid_alive(pid):
-                    return True
-                time.sleep(0.2)
+        stop_process_group(pid, timeout)
         return True
 
     def up(self, specs: Sequence[ServiceSpec]) -> list[tuple[ServiceStatus, bool]]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -79,14 +78,9 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    from mindforge.services import stop_process_group
+
+    stop_process_group(proc.pid, timeout=30)
 
 
 def flow_run_id(text: str) -> str | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -84,13 +83,8 @@ class PrefectStack:
         )
 
     def stop(self) -> None:
+        from mindforge.services import stop_process_group
+
         for p in reversed(self.procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            stop_process_group(p.pid, timeout=20)
         self.procs.clear()
