@@ -188,3 +188,12 @@ def test_malformed_json_and_chat_completions(engine):
     choice = r.json()["choices"][0]
     assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
     assert len(choice["logprobs"]["content"]) == len(choice["token_ids"]) > 0
+
+
+def test_engine_process_reports_a_bad_adapter_with_the_log(tmp_path):
+    require(model_folder() is not None, f"the default model is not cached (mindforge model pull {MODEL})")
+    from mindforge.engine import EngineProcess
+    from mindforge.engine.launch import EngineStartError
+
+    with pytest.raises(EngineStartError, match="adapter_config.json"):
+        EngineProcess(MODEL, {"X": tmp_path}, startup_timeout_s=120).start()

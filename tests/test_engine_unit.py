@@ -221,3 +221,22 @@ def test_abandoned_requests_leave_the_batch(engine):
     fut = engine.submit(req)
     fut.cancel() or concurrent.futures.wait([fut], timeout=0.1)
     assert generate(engine, "A", ids, max_tokens=3, ignore_eos=True).choices[0].finish_reason == "length"
+
+
+def test_cli_adapter_specs():
+    from mindforge.cli.engine import parse_adapters
+    from mindforge.errors import InputError
+
+    assert parse_adapters(["L0=/a", "L1=/b=c"]) == {"L0": Path("/a"), "L1": Path("/b=c")}
+    with pytest.raises(InputError, match="--adapter:2: 'L1': expected NAME=PATH"):
+        parse_adapters(["L0=/a", "L1"])
+    with pytest.raises(InputError, match="given twice"):
+        parse_adapters(["L0=/a", "L0=/b"])
+
+
+def test_importing_the_engine_package_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, mindforge.engine; assert 'torch' not in sys.modules; mindforge.engine.EngineProcess"
+    subprocess.run([sys.executable, "-c", code], check=True)
