@@ -9,17 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_cycle import deployed_run, private_base, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.model]
 
 
-@pytest.fixture(scope="session")
-def cycle_run():
-    try:
-        yield deployed_run(private_base())
-    finally:
-        stop()
 
 
 @pytest.mark.timeout(3600)  # one real cycle on the CPU; the session fixture runs inside the first test

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from cdp_browser import Browser, chromium
-from e2e_cycle import deployed_run, private_base, stop
 from helpers import REPO, require
 from prefect_stack import PrefectStack
 
@@ -57,12 +56,6 @@ def check_ui(api_url: str, diff_words: list[str]) -> None:
         browser.close()
 
 
-@pytest.fixture(scope="session")
-def cycle_run():
-    try:
-        yield deployed_run(private_base())
-    finally:
-        stop()
 
 
 @pytest.mark.docker
