@@ -23,7 +23,8 @@ def chromium() -> str | None:
 
 class Browser:
     def __init__(self) -> None:
-        self.profile = tempfile.TemporaryDirectory(prefix="mf-chromium-")
+        # Chromium helpers may still write to the profile as the browser exits: cleanup tolerates it.
+        self.profile = tempfile.TemporaryDirectory(prefix="mf-chromium-", ignore_cleanup_errors=True)
         self.proc = subprocess.Popen(
             [chromium() or "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--remote-debugging-port=0", f"--user-data-dir={self.profile.name}", "about:blank"],
