@@ -7,7 +7,8 @@
    second turn (first prompt + answer + a new message) on the adapter that
    served the first turn (its keys/values are cached) and on a second name
    loaded from the same folder (nothing cached, same weights). Prints the
-   time ratio (goal: <= 0.3x).
+   time ratio (goal: <= 0.3x) for a short chat and for an agent-sized system
+   prompt: a forward pass has a fixed cost no cache removes.
 3. Proxy overhead per hop, engine time subtracted: chat turns through the
    proxy's app over the same engine; the engine's own counters give its time
    and hop count. Prints the overhead and its ratio to the engine's time.
@@ -61,17 +62,19 @@ def batched_vs_sequential(client: httpx.Client, tokens: int) -> tuple[float, flo
     return seq_tps, bat_tps
 
 
-def conversation(tokenizer, i: int) -> list[int]:
+def conversation(tokenizer, i: int, system_repeats: int) -> list[int]:
     # unique from the first token: no conversation may hit another's cached prefix
-    system = f"Session {i}. " + ("You are a careful assistant. Answer with short, correct statements. " * 12).strip()
+    system = f"Session {i}. " + ("You are a careful assistant. Answer with short, correct statements. "
+                                 * system_repeats).strip()
     messages = [{"role": "system", "content": system},
                 {"role": "user", "content": f"Conversation {i}: explain how {TOPICS[i % 8]} work, step by step."}]
     return tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
 
 
-def second_turn(client: httpx.Client, tokenizer, i: int, twin: str) -> tuple[list[int], float, float]:
+def second_turn(client: httpx.Client, tokenizer, i: int, twin: str,
+                system_repeats: int) -> tuple[list[int], float, float]:
     """(second-turn ids, seconds on the cached adapter, seconds on ``twin``, a fresh name for the same weights)."""
-    first = conversation(tokenizer, i)
+    first = conversation(tokenizer, i, system_repeats)
     answer = complete(client, model="L1", prompt=first, max_tokens=32, temperature=0, ignore_eos=True,
                       return_token_ids=True)["choices"][0]["token_ids"]
     follow = tokenizer.encode("<|im_end|>\n<|im_start|>user\nAnd why does that matter?<|im_end|>\n"
@@ -163,15 +166,18 @@ def main() -> None:
             seq_tps, bat_tps = batched_vs_sequential(client, args.tokens)
             print(f"generation, 8 requests x {args.tokens} tokens: sequential {seq_tps:.1f} tok/s, "
                   f"batched {bat_tps:.1f} tok/s, ratio {bat_tps / seq_tps:.2f}x (goal >= 3x)")
-            runs = []
-            for i in range(args.repeats):  # a fresh twin name each time: its cache starts empty
-                twin = f"L1-twin-{i}"
-                client.post("/v1/load_lora_adapter", json={"lora_name": twin, "lora_path": str(adapters["L1"])})
-                runs.append(second_turn(client, tokenizer, i, twin))
-            hit = statistics.median(r[1] for r in runs)
-            miss = statistics.median(r[2] for r in runs)
-            print(f"second-turn prefill, {len(runs[0][0])} prompt tokens: with prefix cache {hit * 1000:.0f} ms, "
-                  f"without {miss * 1000:.0f} ms, ratio {hit / miss:.2f}x (goal <= 0.3x)")
+            # A forward pass has a fixed cost (every weight is read once) that no cache removes, so the
+            # ratio depends on how long the cached part is: a short chat and an agent-sized system prompt.
+            for size, system_repeats in (("short", 12), ("agent-sized", 60)):
+                runs = []
+                for i in range(args.repeats):  # a fresh twin name each time: its cache starts empty
+                    twin = f"L1-twin-{size}-{i}"
+                    client.post("/v1/load_lora_adapter", json={"lora_name": twin, "lora_path": str(adapters["L1"])})
+                    runs.append(second_turn(client, tokenizer, i + 100 * system_repeats, twin, system_repeats))
+                hit = statistics.median(r[1] for r in runs)
+                miss = statistics.median(r[2] for r in runs)
+                print(f"second-turn prefill, {size}, {len(runs[0][0])} prompt tokens: with prefix cache "
+                      f"{hit * 1000:.0f} ms, without {miss * 1000:.0f} ms, ratio {hit / miss:.2f}x (goal <= 0.3x)")
             m = parse_metrics(client.get("/metrics").text)
             print(f"engine: {m['mindforge_engine_prefix_cache_hits_total']:.0f} prefix hits, "
                   f"{m['mindforge_engine_prefill_tokens_saved_total']:.0f} prefill tokens saved, mean decode batch "
