@@ -90,7 +90,7 @@ def discovery_flow(config: DiscoveryConfig, engine_url: str | None = None) -> di
 
     from mindforge.discovery.output import finish, finished_result
     from mindforge.discovery.runtime import open_services
-    from mindforge.discovery.stage import prepare
+    from mindforge.discovery.stage import open_journal, prepare, round_ends
     from mindforge.settings import load_settings
 
     logger = get_run_logger()
@@ -106,14 +106,17 @@ def discovery_flow(config: DiscoveryConfig, engine_url: str | None = None) -> di
     start = time.monotonic()
     key = str(flow_run.id or id(config))
     with open_services(settings, config, log=logger.info) as services:
-        journal, pending, pool_by_id = prepare(config, services)
-        logger.info(f"{len(pending)} of {config.budget} candidates left to judge")
-        with _LOCK:
-            _LIVE[key] = (config, services, journal, {p.index: (p, t) for p, t in pending}, pool_by_id)
+        journal = open_journal(config)
+        infra = 0
         try:
-            futures = judge_candidate.map(unmapped(key), [p.index for p, _ in pending])
-            states = [f.wait() or f.state for f in futures]
-            infra = sum(1 for s in states if not s.is_completed())
+            for upto in round_ends(config):  # a round's staircase levels follow the rounds before it
+                _, pending, pool_by_id = prepare(config, services, upto, journal)
+                logger.info(f"candidates before {upto}: {len(pending)} left to judge")
+                with _LOCK:
+                    _LIVE[key] = (config, services, journal, {p.index: (p, t) for p, t in pending}, pool_by_id)
+                futures = judge_candidate.map(unmapped(key), [p.index for p, _ in pending])
+                states = [f.wait() or f.state for f in futures]
+                infra += sum(1 for s in states if not s.is_completed())
         finally:
             with _LOCK:
                 _LIVE.pop(key, None)

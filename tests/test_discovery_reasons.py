@@ -155,3 +155,18 @@ def test_contaminated_by_the_shared_mbpp_set(tmp_path: Path) -> None:
                               "Name it triple."}
     out = screen(c, [Proposal(index=0, proposer="hand", data=data)], archive.task_pool(c))[0]
     assert out.reason == "contaminated"
+
+
+def test_every_generated_kind_and_level_is_sound_in_the_sandbox(tmp_path: Path, pool) -> None:
+    """Each generator's reference passes its tests twice and every decoy (no-op, constants, echo) fails."""
+    from mindforge.discovery.proposers import procedural
+
+    c = cfg(tmp_path)
+    for kind in procedural.LEVELLED:
+        for level in range(1, procedural.LEVELS + 1):
+            for index in range(3):
+                p = procedural.propose(kind, [], index, 7, level=level)
+                assert p.level == level and p.proposer == f"procedural/{kind}"
+                task = Task.model_validate(p.data)
+                d = judge(c, DiscoveryServices(verifier=pool), p, task, {})
+                assert d.accepted, (kind, level, task.prompt, d.reason, d.detail)

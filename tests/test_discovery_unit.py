@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 from pathlib import Path
 
@@ -18,7 +19,14 @@ from mindforge.discovery.proposers import model as model_proposer
 from mindforge.discovery.proposers import procedural
 from mindforge.discovery.proposers.base import Proposal
 from mindforge.discovery.records import Decision
-from mindforge.discovery.stage import DiscoveryServices, plan, screen
+from mindforge.discovery.stage import (
+    DiscoveryServices,
+    levels,
+    open_journal,
+    plan,
+    round_ends,
+    screen,
+)
 from mindforge.tasks.models import Task
 
 
@@ -124,7 +132,8 @@ def test_procedural_proposals_are_reproducible_and_valid(tmp_path: Path) -> None
     two = plan(c, DiscoveryServices(verifier=None), pool, Journal(tmp_path / "b.jsonl"))
     assert [p.data for p in one] == [p.data for p in two]
     kinds = {p.proposer for p in one}
-    assert {"procedural/instruction", "procedural/function", "procedural/bugfix", "procedural/compose"} <= kinds
+    assert {"procedural/instruction", "procedural/function", "procedural/ui", "procedural/bugfix",
+            "procedural/compose"} <= kinds
     screened = screen(c, one, pool)
     assert all(isinstance(v, Task) for v in screened.values()), screened
 
@@ -212,3 +221,44 @@ def test_model_proposals_fill_their_slots(tmp_path: Path) -> None:
     proposals = plan(c, DiscoveryServices(verifier=None, propose_role=echo), archive.task_pool(c),
                      Journal(tmp_path / "j.jsonl"))
     assert [p.index for p in proposals if p.proposer == "model"] == [1, 3, 5, 7, 9]
+
+
+class _Always:
+    def __init__(self, solved: bool):
+        self.solved = solved
+
+    def attempts(self, task, first, count):
+        return [self.solved] * count
+
+
+def test_rounds_cover_the_budget() -> None:
+    assert round_ends(DiscoveryConfig(run_dir=Path("/tmp"), budget=20, round_size=8)) == [8, 16, 20]
+    assert round_ends(DiscoveryConfig(run_dir=Path("/tmp"), budget=5, round_size=8)) == [5]
+
+
+@pytest.mark.parametrize("solved, final", [(True, 3), (False, 1)])
+def test_the_staircase_moves_each_generated_kind_toward_the_band(tmp_path: Path, solved: bool, final: int) -> None:
+    from mindforge.discovery.stage import run_discovery
+
+    c = cfg(tmp_path, budget=32, proposers=("procedural",), round_size=4)
+    result = run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_Always(solved)))
+    assert result.accepted == 0
+    j = open_journal(c)
+    by_kind: dict[str, list[int]] = {}
+    for i in sorted(j.proposals):
+        if j.proposals[i].level is not None:
+            by_kind.setdefault(j.proposals[i].proposer, []).append(j.proposals[i].level)
+    assert set(by_kind) == {"procedural/function", "procedural/instruction", "procedural/ui"}
+    for kind, seq in by_kind.items():
+        assert seq[0] == 1 and seq[-1] == final, (kind, seq)
+        assert all(abs(b - a) <= 1 for a, b in itertools.pairwise(seq)), (kind, seq)  # one step at a time
+    assert levels(c, j) == {"function": final, "instruction": final, "ui": final}
+
+
+def test_in_band_decisions_hold_the_level(tmp_path: Path) -> None:
+    from mindforge.discovery.stage import run_discovery
+
+    c = cfg(tmp_path, budget=16, proposers=("procedural",), round_size=4, start_level=2)
+    run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_HalfSolver()))
+    j = open_journal(c)
+    assert {p.level for p in j.proposals.values() if p.level is not None} == {2}

@@ -14,6 +14,10 @@ Why the knobs exist (the ways published task-synthesis pipelines go wrong):
   present).
 - ``budget``: candidates proposed and judged this cycle (the unit a rerun
   resumes in).
+- ``round_size``, ``start_level``: candidates are planned a round at a time,
+  and a generated kind starts at ``start_level`` and then follows its
+  staircase (see ``stage.levels``): a fixed difficulty wastes a small
+  model's budget on tasks it always or never solves.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class DiscoveryConfig(BaseModel):
     examples: int = Field(default=3, ge=1, le=8, description="Reference tasks shown to the model proposer")
     propose_max_tokens: int = Field(default=384, ge=16, le=8192)
     seed: int = 0
+    round_size: int = Field(default=8, ge=1, description="Candidates planned together; levels adapt between rounds")
+    start_level: int = Field(default=1, ge=1, le=3, description="First difficulty level of a generated kind")
     reference_runs: int = Field(default=2, ge=2, le=32, description="Sandbox runs the reference must pass")
     # difficulty
     band: tuple[float, float] = (0.1, 0.9)

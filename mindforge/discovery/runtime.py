@@ -9,8 +9,9 @@
   embedded engine on the default model serving the adapters the HCP names,
   stopped on exit;
 - solver: the current model attempting a task through the production harness
-  (route, routed adapter, summary) in a fresh session per attempt, scored by
-  the sandbox with the same rollout code Update trains from;
+  (route, routed adapter; the summary hop, which only later turns read, is
+  skipped) in a fresh session per attempt, scored by the sandbox with the
+  same rollout code Update trains from;
 - propose role: the harness's ``propose`` hop with the HCP's prompt.
 
 With ``measure_difficulty=False`` and no model proposer no engine is needed
@@ -47,7 +48,7 @@ class HarnessSolver:
 
         config = RolloutConfig(group_size=count, reward="binary", seed=self.seed, concurrency=count)
         groups = asyncio.run(rollout_groups(
-            [task], task_runner(self.harness_for(), max_tokens=self.max_tokens), self.pool, config,
+            [task], task_runner(self.harness_for(), max_tokens=self.max_tokens, summarize=False), self.pool, config,
             hcp_version=hcp_hash(self.hcp), route=self.hcp.router.default_route, open_session=self.pool.session,
             seed_offset=first,
         ))

@@ -4,7 +4,11 @@
 
 1. ``plan``: candidate ``i`` comes from a procedural proposer (no model) or,
    for a share of the budget, from the model's ``propose`` role; every
-   proposal is journaled before it is judged, so a rerun judges the same one;
+   proposal is journaled before it is judged, so a rerun judges the same one.
+   The budget is planned in rounds of ``round_size``: a generated kind's
+   difficulty level for the next round follows a staircase over its last
+   decisions (too easy: one level up; too hard: one down), so the budget
+   goes where the current model is near its band, whatever its size;
 2. ``screen`` (cheap, no container, deterministic): parse and schema, sizes,
    banned nondeterminism, then novelty against the archive and the earlier
    candidates of this cycle, then decontamination;
@@ -21,6 +25,7 @@ The flow (``flows/discovery.py``) calls the same four functions, mapping
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -79,13 +84,49 @@ def _is_model_slot(config: DiscoveryConfig, index: int) -> bool:
     return index % step == step - 1
 
 
-def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Task], journal: Journal) -> list[Proposal]:
-    """The budget's proposals, taken from the journal where a previous run made them.
+STAIRCASE_WINDOW = 3  # a kind's last difficulty decisions that set its next level
 
-    Model proposals of the budget are sampled together (the engine batches them).
+
+def levels(config: DiscoveryConfig, journal: Journal) -> dict[str, int]:
+    """Each generated kind's level for new proposals: a staircase over its decided candidates.
+
+    Each of the kind's last ``STAIRCASE_WINDOW`` difficulty decisions (index
+    order) votes for its own level plus one (too easy), minus one (too hard)
+    or the same (in band); the mean, rounded half up and clamped, is the next
+    level.
+    Rejections that say nothing of difficulty (a failing reference, a
+    duplicate) do not vote. Computed from the journal, so a rerun agrees.
     """
+    votes: dict[str, list[int]] = {k: [] for k in procedural.LEVELLED}
+    step = {"too_easy": 1, "too_hard": -1, None: 0}
+    for i in sorted(journal.decisions):
+        d, p = journal.decisions[i], journal.proposals.get(i)
+        kind = d.proposer.removeprefix("procedural/")
+        if kind in votes and p is not None and p.level is not None and (d.accepted or d.reason in step):
+            votes[kind].append(p.level + step[None if d.accepted else d.reason])
+    out = {}
+    for kind, v in votes.items():
+        recent = v[-STAIRCASE_WINDOW:]
+        level = math.floor(sum(recent) / len(recent) + 0.5) if recent else config.start_level
+        out[kind] = max(1, min(procedural.LEVELS, level))
+    return out
+
+
+def round_ends(config: DiscoveryConfig) -> list[int]:
+    """Where each planning round ends: candidates ``[previous end, end)`` are planned together."""
+    return [*range(config.round_size, config.budget, config.round_size), config.budget]
+
+
+def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Task], journal: Journal,
+         upto: int | None = None) -> list[Proposal]:
+    """Proposals ``[0, upto)`` of the budget, taken from the journal where a previous run made them.
+
+    Model proposals are sampled together (the engine batches them); new
+    procedural ones get their kind's staircase level from ``levels``.
+    """
+    upto = config.budget if upto is None else min(upto, config.budget)
     kinds = procedural.kinds_for(config.families) or ["instruction"]
-    model_slots = [i for i in range(config.budget) if i not in journal.proposals and _is_model_slot(config, i)]
+    model_slots = [i for i in range(upto) if i not in journal.proposals and _is_model_slot(config, i)]
     if model_slots and services.propose_role is not None:
         async def all_model() -> list[Proposal | BaseException]:
             return list(await asyncio.gather(*(model_proposer.propose(
@@ -100,11 +141,13 @@ def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Ta
                 continue
             journal.add_proposal(p)
     seen = {structure_hash(t) for t in pool}
+    level = levels(config, journal)
     out = []
-    for i in range(config.budget):
+    for i in range(upto):
         p = journal.proposals.get(i)
         if p is None:
-            p = _fresh_procedural(kinds[i % len(kinds)], pool, i, config, seen)
+            kind = kinds[i % len(kinds)]
+            p = _fresh_procedural(kind, pool, i, config, seen, level.get(kind, config.start_level))
             journal.add_proposal(p)
         h = _hash_of(p)
         if h:
@@ -120,13 +163,14 @@ def _hash_of(p: Proposal) -> str | None:
         return None
 
 
-def _fresh_procedural(kind: str, pool: Sequence[Task], index: int, config: DiscoveryConfig, seen: set[str]) -> Proposal:
+def _fresh_procedural(kind: str, pool: Sequence[Task], index: int, config: DiscoveryConfig, seen: set[str],
+                      level: int) -> Proposal:
     """A procedural proposal, redrawn a few times when it repeats one already made (budget is not spent twice)."""
-    p = procedural.propose(kind, pool, index, config.seed, config.families)
+    p = procedural.propose(kind, pool, index, config.seed, config.families, level=level)
     for attempt in range(1, 8):
         if _hash_of(p) not in seen:
             break
-        p = procedural.propose(kind, pool, index, config.seed, config.families, attempt=attempt)
+        p = procedural.propose(kind, pool, index, config.seed, config.families, attempt=attempt, level=level)
     return p
 
 
@@ -200,12 +244,12 @@ def judge_with_retries(config: DiscoveryConfig, services: DiscoveryServices, p: 
     return None
 
 
-def prepare(config: DiscoveryConfig, services: DiscoveryServices) -> tuple[Journal, list[tuple[Proposal, Task]],
-                                                                          dict[str, Task]]:
-    """Plan and screen; journal screen rejections; return what still needs judging."""
-    journal = open_journal(config)
+def prepare(config: DiscoveryConfig, services: DiscoveryServices, upto: int | None = None,
+            journal: Journal | None = None) -> tuple[Journal, list[tuple[Proposal, Task]], dict[str, Task]]:
+    """Plan and screen candidates ``[0, upto)``; journal screen rejections; return what still needs judging."""
+    journal = journal or open_journal(config)
     pool = archive.task_pool(config)
-    proposals = plan(config, services, pool, journal)
+    proposals = plan(config, services, pool, journal, upto)
     screened = screen(config, proposals, [*pool, *archive.archived_tasks(config.run_dir)])
     pending = []
     for p in proposals:
@@ -225,23 +269,26 @@ def prepare(config: DiscoveryConfig, services: DiscoveryServices) -> tuple[Journ
 
 def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> DiscoveryResult:
     start = time.monotonic()
-    journal, pending, pool_by_id = prepare(config, services)
-    services.log(f"discovery cycle {config.cycle}: {config.budget} candidates, {len(pending)} to judge")
+    journal = open_journal(config)
+    left = config.budget - sum(1 for i in journal.decisions if i < config.budget)
+    services.log(f"discovery cycle {config.cycle}: {config.budget} candidates, {left} to judge")
     infra: list[int] = []
 
-    def one(item: tuple[Proposal, Task]) -> None:
+    def one(item: tuple[Proposal, Task], pool_by_id: dict[str, Task]) -> None:
         p, task = item
         d = judge_with_retries(config, services, p, task, pool_by_id)
         if d is None:
             infra.append(p.index)
             return
         journal.add_decision(d)
-        services.log(f"candidate {p.index} ({p.proposer}, {task.family}): "
-                     f"{'accepted' if d.accepted else d.reason} {d.detail[:120]}")
+        services.log(f"candidate {p.index} ({p.proposer}{'' if p.level is None else f' level {p.level}'}, "
+                     f"{task.family}): {'accepted' if d.accepted else d.reason} {d.detail[:120]}")
 
     ex = ThreadPoolExecutor(max(1, services.workers))
     try:
-        list(ex.map(one, pending))
+        for upto in round_ends(config):
+            _, pending, pool_by_id = prepare(config, services, upto, journal)
+            list(ex.map(one, pending, [pool_by_id] * len(pending)))
     except BaseException:
         # Ctrl-C / SIGTERM: do not wait for judges blocked on the engine; the caller's
         # services stop next, which ends them (their candidates stay undecided for a rerun).

@@ -88,11 +88,14 @@ class Harness:
     async def turn(self, session: Session, user_message: str | None, *,
                    tools: Sequence[dict[str, Any]] | None = None, tool_executor: ToolExecutor | None = None,
                    tool_results: Sequence[ToolResult] | None = None, seed: int | None = None,
-                   max_tokens: int | None = None, route: str | None = None) -> TurnRecord:
+                   max_tokens: int | None = None, route: str | None = None, summarize: bool = True) -> TurnRecord:
         """One user turn (``user_message``) or the continuation after client tool results.
 
         ``route`` pins a new request to one route without a route hop (training one
         specialist, tests); ``None`` asks the router, as production does.
+        ``summarize=False`` skips the summary hop for a session that ends with this
+        turn (a scored attempt): the summary only feeds later turns, and every hop
+        before it is the same either way.
         """
         async with session.lock:
             if tools is not None:
@@ -113,7 +116,7 @@ class Harness:
                 for event in ("task_start",):
                     seg.trace += [self.views.hook_ids(h.action, h.text) for h in self.hcp.hooks_for(event, seg.owner)]
             await self._answer_loop(session, seg, rec, tool_executor, seeds, max_tokens)
-            if not rec.pending_tool_calls:
+            if not rec.pending_tool_calls and summarize:
                 await self._summarize(session, seg, rec, next(seeds))
             return rec
 

@@ -4,6 +4,8 @@ Each sample runs in a fresh session, so samples never see each other, with the
 task's tools declared to the model and executed through the rollout's
 ``ToolCaller`` (the task's sandbox session). ``route`` pins the answer to one
 route instead of asking the router; ``None`` is the production path.
+``summarize=False`` leaves out the summary hop (Discovery's scored attempts
+never read it).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from mindforge.tasks.models import Task
 from mindforge.update.rollouts import ToolCaller, TurnOutcome, TurnRunner
 
 
-def task_runner(harness: Harness, *, max_tokens: int | None = None, route: str | None = None) -> TurnRunner:
+def task_runner(harness: Harness, *, max_tokens: int | None = None, route: str | None = None,
+                summarize: bool = True) -> TurnRunner:
     async def run(task: Task, seed: int, tools: ToolCaller | None) -> TurnOutcome:
         session = harness.new_session()
         record = await harness.turn(session, task.prompt, tools=[t.openai() for t in task.tools],
-                                    tool_executor=tools, seed=seed, max_tokens=max_tokens, route=route)
+                                    tool_executor=tools, seed=seed, max_tokens=max_tokens, route=route,
+                                    summarize=summarize)
         return TurnOutcome(answer=record.answer, hops=record.hops, calls=record.calls, route=record.route)
 
     return run

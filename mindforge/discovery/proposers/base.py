@@ -19,3 +19,4 @@ class Proposal(BaseModel):
     decoys: tuple[str, ...] = ()  # extra candidates the tests must fail (a mutated reference)
     harder_than_parent: bool = False
     note: str = ""  # e.g. the model's raw answer when it could not be parsed
+    level: int | None = None  # a generated kind's difficulty dial (Discovery's staircase sets it)

@@ -1,11 +1,12 @@
-"""Generated tasks a small model solves some of the time: instructions and small functions.
+"""Generated tasks a small model solves some of the time: instructions, small functions, UI fragments.
 
-Both generators build the task and its reference from the same drawn
+Each generator builds the task and its reference from the same drawn
 constants, so the reference is right by construction (the sandbox still
-checks it). Difficulty is a dial: an instruction task stacks one to three
-format constraints on a request; a function variant draws its constants,
-argument type (numbers or text) and edge-case tests. A tiny model often gets
-one constraint right and rarely three, so the batch spreads over the band.
+checks it), and each takes a ``level`` (1 to ``LEVELS``), the dial Discovery's
+staircase turns: an instruction stacks one to three format constraints (level
+3 adds exact-answer requests); a function is one step at level 1, a condition
+or a slice at level 2, a loop with a condition at level 3; a UI fragment is
+one element, then a labelled control, then a small form or list.
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ def _constraint(kind: str, rng: random.Random) -> tuple[str, str, Any]:
         return f"End your answer with {what}.", f"assert answer.strip().endswith('{mark}')", mark
     if kind == "lower":
         return "Use only lowercase letters.", "assert answer.strip() and answer == answer.lower()", None
-    n = rng.randint(6, 12)
+    n = rng.randint(5, 8)  # below the request's own length, so echoing it back fails
     return f"Use at most {n} words.", f"assert 0 < len(answer.split()) <= {n}", n
 
 
-def instruction_task(rng: random.Random) -> dict[str, Any]:
-    """A one-sentence request with 1–3 checkable constraints, or a one-word answer task."""
-    style = rng.choice(("sentence", "sentence", "word", "echo_word", "sum"))
+LEVELS = 3
+
+
+def instruction_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
+    """A one-sentence request with ``level`` checkable constraints; level 3 also draws one-word answer tasks."""
+    style = rng.choice(("sentence", "sentence", "word", "echo_word", "sum")) if level >= 3 else "sentence"
     if style == "word":
         q, answers = rng.choice(QUESTIONS)
         prompt = f"Answer with a single word and nothing else: {q}"
@@ -64,9 +68,12 @@ def instruction_task(rng: random.Random) -> dict[str, Any]:
         prompt = f"What is {a} + {b}? Answer with the number only."
         return _text(prompt, [_test("answer", f"assert answer.strip().strip('.') == '{a + b}'")], str(a + b))
     topic = rng.choice(TOPICS)
-    kinds = rng.sample(("word", "end", "lower", "length"), rng.randint(1, 3))
-    if "length" not in kinds and "end" not in kinds:
-        kinds.append("length")  # so the request itself, echoed back, does not pass
+    if level <= 1:  # one constraint the request itself, echoed back, does not meet
+        kinds = [rng.choice(("end", "lower", "length"))]
+    else:
+        kinds = rng.sample(("word", "end", "lower", "length"), min(level, 3))
+        if "length" not in kinds and "end" not in kinds:
+            kinds[-1] = "length"  # so the request itself, echoed back, does not pass
     parts = [_constraint(k, rng) for k in kinds]
     prompt = f"Write one sentence about {topic}. " + " ".join(p[0] for p in parts)
     tests = [_test(f"{k}", p[1]) for k, p in zip(kinds, parts, strict=True)]
@@ -85,10 +92,14 @@ def _text(prompt: str, tests: list[dict[str, str]], reference: str) -> dict[str,
 
 
 # ------------------------------------------------------------------ function variants
-def function_task(rng: random.Random) -> dict[str, Any]:
-    """A small function with drawn constants, argument type and edge cases."""
+FUNCTION_KINDS = {1: ("add", "times", "repeat"), 2: ("count_char", "multiple", "first_n", "last_n"),
+                  3: ("sum_multiples", "clamp", "long_words")}
+
+
+def function_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
+    """A small function with drawn constants, argument type and edge cases; ``level`` picks how many steps."""
     k = rng.randint(2, 9)
-    kind = rng.choice(("add", "times", "repeat", "count_char", "multiple", "first_n", "last_n"))
+    kind = rng.choice(FUNCTION_KINDS[max(1, min(level, LEVELS))])
     if kind == "add":
         ep, sig, doc, body = f"add_{k}", "x: int", f"returns x plus {k}", f"return x + {k}"
         cases = [(x, x + k) for x in (0, 1, -k, rng.randint(10, 99))]
@@ -107,6 +118,24 @@ def function_task(rng: random.Random) -> dict[str, Any]:
         ep, sig = f"is_multiple_of_{k}", "n: int"
         doc, body = f"returns True when n is a multiple of {k}, else False", f"return n % {k} == 0"
         cases = [(n, n % k == 0) for n in (0, k, k + 1, 3 * k, -k)]
+    elif kind == "sum_multiples":
+        ep, sig = f"sum_multiples_of_{k}", "items: list"
+        doc, body = f"returns the sum of the numbers in the list that are multiples of {k}", \
+            f"return sum(x for x in items if x % {k} == 0)"
+        data = [1, k, k + 1, 2 * k, 3 * k + 1, -k]
+        cases = [(xs, sum(x for x in xs if x % k == 0)) for xs in ([], data, [k + 1], [0, k * 5])]
+    elif kind == "clamp":
+        lo, hi = -k, k * 3
+        ep, sig = f"clamp_{k}", "x: int"
+        doc = f"returns x limited to the range {lo} to {hi} (values below {lo} become {lo}, above {hi} become {hi})"
+        body = f"return max({lo}, min({hi}, x))"
+        cases = [(x, max(lo, min(hi, x))) for x in (0, lo - 5, hi + 1, hi, k)]
+    elif kind == "long_words":
+        ep, sig = f"words_longer_than_{k}", "text: str"
+        doc = f"returns the list of words in text (split on spaces) that have more than {k} letters, in order"
+        body = f"return [w for w in text.split() if len(w) > {k}]"
+        texts = ("", " ".join(rng.sample(WORDS, 5)), "a " + "b" * (k + 1), "x" * k)
+        cases = [(t, [w for w in t.split() if len(w) > k]) for t in texts]
     else:
         side = "first" if kind == "first_n" else "last"
         ep, sig = f"{side}_{k}", "items: list"
@@ -119,3 +148,58 @@ def function_task(rng: random.Random) -> dict[str, Any]:
     tests = [_test(f"{ep}-{i}", f"assert {ep}({a!r}) == {b!r}") for i, (a, b) in enumerate(cases, 1)]
     return {"family": "L2", "prompt": prompt, "output_kind": "function", "entry_point": ep,
             "tests": tests, "reference": reference}
+
+
+# ------------------------------------------------------------------ UI fragments
+LABELS = ("Save", "Cancel", "Send", "Search", "Next", "Delete", "Open", "Close", "Submit", "Reset")
+FIELDS = (("email", "email", "Email"), ("name", "text", "Name"), ("age", "number", "Age"),
+          ("phone", "tel", "Phone"), ("password", "password", "Password"), ("website", "url", "Website"))
+
+
+def ui_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
+    """An HTML fragment with checkable elements, ids and labels; ``level`` sets how many parts it has."""
+    if level <= 1:
+        if rng.random() < 0.5:
+            label = rng.choice(LABELS)
+            prompt = f"Write the HTML for a button whose text is '{label}'."
+            tests = [_test("button", f"b = dom.find('button')\nassert b and b.text() == {label!r}")]
+            return _html(prompt, tests, f"<button>{label}</button>")
+        word = rng.choice(WORDS)
+        prompt = f"Write the HTML for a level-one heading with the text '{word.capitalize()}'."
+        tests = [_test("heading", f"h = dom.find('h1')\nassert h and h.text() == {word.capitalize()!r}")]
+        return _html(prompt, tests, f"<h1>{word.capitalize()}</h1>")
+    if level == 2:
+        fid, kind, label = rng.choice(FIELDS)
+        prompt = (f"Write the HTML for an input with id '{fid}' and type '{kind}', "
+                  f"and a label element for it with the text '{label}'.")
+        tests = [_test("input", f"i = dom.find('input', id={fid!r})\nassert i and i.get('type') == {kind!r}"),
+                 _test("label", f"l = dom.find('label', **{{'for': {fid!r}}})\nassert l and l.text() == {label!r}")]
+        return _html(prompt, tests, f'<label for="{fid}">{label}</label><input id="{fid}" type="{kind}">')
+    if rng.random() < 0.5:
+        items = rng.sample(WORDS, rng.randint(3, 4))
+        lid = rng.choice(("fruits", "todo", "places", "tags"))
+        prompt = (f"Write the HTML for an unordered list with id '{lid}' whose items are, in order: "
+                  + ", ".join(items) + ".")
+        tests = [_test("list", f"u = dom.find('ul', id={lid!r})\nassert u"),
+                 _test("items", f"u = dom.find('ul', id={lid!r})\n"
+                                f"assert u and [li.text() for li in u.find_all('li')] == {items!r}")]
+        ref = f'<ul id="{lid}">' + "".join(f"<li>{w}</li>" for w in items) + "</ul>"
+        return _html(prompt, tests, ref)
+    fields = rng.sample(FIELDS, 2)
+    form_id, button = rng.choice(("signup", "contact", "profile")), rng.choice(LABELS)
+    prompt = (f"Write the HTML for a form with id '{form_id}' containing "
+              + " and ".join(f"an input with id '{f}' and type '{k}' labelled '{lab}'" for f, k, lab in fields)
+              + f" (each with a label element), and a button with the text '{button}'.")
+    tests = [_test("form", f"assert dom.find('form', id={form_id!r})")]
+    for f, k, lab in fields:
+        tests.append(_test(f"input-{f}", f"i = dom.find('input', id={f!r})\nassert i and i.get('type') == {k!r}"))
+        tests.append(_test(f"label-{f}", f"l = dom.find('label', **{{'for': {f!r}}})\n"
+                                        f"assert l and l.text() == {lab!r}"))
+    tests.append(_test("button", f"b = dom.find('button')\nassert b and b.text() == {button!r}"))
+    ref = (f'<form id="{form_id}">' + "".join(f'<label for="{f}">{lab}</label><input id="{f}" type="{k}">'
+                                             for f, k, lab in fields) + f"<button>{button}</button></form>")
+    return _html(prompt, tests, ref)
+
+
+def _html(prompt: str, tests: list[dict[str, str]], reference: str) -> dict[str, Any]:
+    return {"family": "L3", "prompt": prompt, "output_kind": "html", "tests": tests, "reference": reference}

@@ -21,15 +21,20 @@ import random
 from collections.abc import Sequence
 
 from mindforge.discovery.proposers.base import Proposal
-from mindforge.discovery.proposers.instructions import function_task, instruction_task
+from mindforge.discovery.proposers.instructions import (
+    LEVELS,
+    function_task,
+    instruction_task,
+    ui_task,
+)
 from mindforge.tasks.models import Task
 
-KINDS = ("instruction", "function", "compose", "bugfix")
-# How often each kind comes up. Measured on the default 135M model (8 candidates, 4-8 attempts each):
-# function variants 2 of 3 in the band, instructions 0 of 3, bugfix and compose 0 of 2 (too hard),
-# so function variants get half the budget and the harder kinds keep a share for stronger models.
-SCHEDULE = ("function", "instruction", "function", "bugfix", "function", "instruction", "function", "compose")
-FAMILY_OF = {"instruction": ("L0",), "function": ("L2",), "compose": ("L2", "L3"), "bugfix": ("L2",)}
+KINDS = ("instruction", "function", "ui", "compose", "bugfix")
+# One pass of the schedule: generated kinds (with a difficulty dial, see ``LEVELLED``) in every family a
+# small model can meet, and the pool-derived kinds (bugfix, compose) kept for stronger models.
+SCHEDULE = ("function", "instruction", "ui", "function", "bugfix", "instruction", "ui", "compose")
+FAMILY_OF = {"instruction": ("L0",), "function": ("L2",), "ui": ("L3",), "compose": ("L2", "L3"), "bugfix": ("L2",)}
+LEVELLED = {"instruction": instruction_task, "function": function_task, "ui": ui_task}
 
 _SWAPS: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                             ast.NotEq: ast.Eq, ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv}
@@ -120,8 +125,9 @@ def compose(pool: Sequence[Task], index: int, seed: int, families: Sequence[str]
 
 
 def propose(kind: str, pool: Sequence[Task], index: int, seed: int, families: Sequence[str] = (),
-            attempt: int = 0) -> Proposal:
-    """Candidate ``index`` of ``kind`` (``attempt`` redraws); a generated task when the pool lacks material."""
+            attempt: int = 0, level: int = 1) -> Proposal:
+    """Candidate ``index`` of ``kind`` at ``level`` (``attempt`` redraws); a generated task when the pool lacks
+    material for a pool-derived kind."""
     out: Proposal | None = None
     seed = seed if attempt == 0 else hash((seed, attempt)) & 0xFFFFFFF
     if kind == "bugfix":
@@ -130,7 +136,9 @@ def propose(kind: str, pool: Sequence[Task], index: int, seed: int, families: Se
         out = compose(pool, index, seed, families)
     if out is not None:
         return out
-    if kind == "instruction" or (families and "L2" not in families):
-        return Proposal(index=index, proposer="procedural/instruction",
-                        data=instruction_task(_rng(seed, index, "instruction")))
-    return Proposal(index=index, proposer="procedural/function", data=function_task(_rng(seed, index, "function")))
+    if kind not in LEVELLED:
+        kind = next((k for k in ("function", "instruction", "ui") if not families or set(FAMILY_OF[k]) & set(families)),
+                    "instruction")
+    level = max(1, min(level, LEVELS))
+    return Proposal(index=index, proposer=f"procedural/{kind}", level=level,
+                    data=LEVELLED[kind](_rng(seed, index, kind), level))
