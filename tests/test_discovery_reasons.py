@@ -164,7 +164,7 @@ def test_every_generated_kind_and_level_is_sound_in_the_sandbox(tmp_path: Path, 
     c = cfg(tmp_path)
     for kind in procedural.LEVELLED:
         for level in range(1, procedural.LEVELS + 1):
-            for index in range(3):
+            for index in range(8):
                 p = procedural.propose(kind, [], index, 7, level=level)
                 assert p.level == level and p.proposer == f"procedural/{kind}"
                 task = Task.model_validate(p.data)

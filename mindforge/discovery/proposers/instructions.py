@@ -68,8 +68,8 @@ def instruction_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
         prompt = f"What is {a} + {b}? Answer with the number only."
         return _text(prompt, [_test("answer", f"assert answer.strip().strip('.') == '{a + b}'")], str(a + b))
     topic = rng.choice(TOPICS)
-    if level <= 1:  # one constraint the request itself, echoed back, does not meet
-        kinds = [rng.choice(("end", "lower", "length"))]
+    if level <= 1:  # one constraint that neither the request echoed back nor a bare "OK" meets
+        kinds = [rng.choice(("end", "lower"))]
     else:
         kinds = rng.sample(("word", "end", "lower", "length"), min(level, 3))
         if "length" not in kinds and "end" not in kinds:
@@ -81,7 +81,7 @@ def instruction_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
 
 
 def _sentence(topic: str, params: dict[str, Any]) -> str:
-    words = topic.split() + (["and", "the", params["word"]] if "word" in params else []) + ["feel", "calm"]
+    words = topic.split() + (["loves", params["word"]] if "word" in params else ["is", "calm"])  # <= 4 words
     text = " ".join(words)
     text = text.lower() if "lower" in params else text[0].upper() + text[1:]
     return text + params.get("end", ".")
