@@ -39,8 +39,8 @@ def _constraint(kind: str, rng: random.Random) -> tuple[str, str, Any]:
         return f"End your answer with {what}.", f"assert answer.strip().endswith('{mark}')", mark
     if kind == "lower":
         return "Use only lowercase letters.", "assert answer.strip() and answer == answer.lower()", None
-    n = rng.randint(5, 8)  # below the request's own length, so echoing it back fails
-    return f"Use at most {n} words.", f"assert 0 < len(answer.split()) <= {n}", n
+    n = rng.randint(6, 9)  # below the request's own length, so echoing it back fails
+    return f"Use between 3 and {n} words.", f"assert 3 <= len(answer.split()) <= {n}", n
 
 
 LEVELS = 3
@@ -68,8 +68,8 @@ def instruction_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
         prompt = f"What is {a} + {b}? Answer with the number only."
         return _text(prompt, [_test("answer", f"assert answer.strip().strip('.') == '{a + b}'")], str(a + b))
     topic = rng.choice(TOPICS)
-    if level <= 1:  # one constraint that neither the request echoed back nor a bare "OK" meets
-        kinds = [rng.choice(("end", "lower"))]
+    if level <= 1:  # the one constraint a small model meets some of the time; an echo or "OK" does not
+        kinds = ["length"]
     else:
         kinds = rng.sample(("word", "end", "lower", "length"), min(level, 3))
         if "length" not in kinds and "end" not in kinds:
