@@ -236,7 +236,7 @@ def test_rounds_cover_the_budget() -> None:
     assert round_ends(DiscoveryConfig(run_dir=Path("/tmp"), budget=5, round_size=8)) == [5]
 
 
-@pytest.mark.parametrize("solved, final", [(True, 3), (False, 1)])
+@pytest.mark.parametrize("solved, final", [(True, procedural.LEVELS), (False, 1)])
 def test_the_staircase_moves_each_generated_kind_toward_the_band(tmp_path: Path, solved: bool, final: int) -> None:
     from mindforge.discovery.stage import run_discovery
 

@@ -3,10 +3,16 @@
 Each generator builds the task and its reference from the same drawn
 constants, so the reference is right by construction (the sandbox still
 checks it), and each takes a ``level`` (1 to ``LEVELS``), the dial Discovery's
-staircase turns: an instruction stacks one to three format constraints (level
-3 adds exact-answer requests); a function is one step at level 1, a condition
-or a slice at level 2, a loop with a condition at level 3; a UI fragment is
-one element, then a labelled control, then a small form or list.
+staircase turns. Levels are small steps, because a small model's solve rate
+jumps from all to nothing between neighbouring kinds (SmolLM2-135M: every
+``add_k`` solved, every ``first_k`` failed, ``count_c`` about half):
+
+- instruction: a word-count range; plus one more constraint; three
+  constraints; three constraints or an exact one-word answer;
+- function: one arithmetic step; a count or a divisibility test; a slice or a
+  clamp; a filtered sum or a word filter;
+- UI: one element with its text; one element with two attributes; an input
+  with its label; a list or a small labelled form.
 """
 
 from __future__ import annotations
@@ -43,12 +49,12 @@ def _constraint(kind: str, rng: random.Random) -> tuple[str, str, Any]:
     return f"Use between 3 and {n} words.", f"assert 3 <= len(answer.split()) <= {n}", n
 
 
-LEVELS = 3
+LEVELS = 4
 
 
 def instruction_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
-    """A one-sentence request with ``level`` checkable constraints; level 3 also draws one-word answer tasks."""
-    style = rng.choice(("sentence", "sentence", "word", "echo_word", "sum")) if level >= 3 else "sentence"
+    """A one-sentence request with checkable constraints; level 4 also draws exact one-word answer tasks."""
+    style = rng.choice(("sentence", "sentence", "word", "echo_word", "sum")) if level >= 4 else "sentence"
     if style == "word":
         q, answers = rng.choice(QUESTIONS)
         prompt = f"Answer with a single word and nothing else: {q}"
@@ -68,10 +74,10 @@ def instruction_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
         prompt = f"What is {a} + {b}? Answer with the number only."
         return _text(prompt, [_test("answer", f"assert answer.strip().strip('.') == '{a + b}'")], str(a + b))
     topic = rng.choice(TOPICS)
-    if level <= 1:  # the one constraint a small model meets some of the time; an echo or "OK" does not
-        kinds = ["length"]
+    if level <= 2:  # a word-count range: a small model meets it some of the time; an echo or "OK" does not
+        kinds = ["length"] + ([rng.choice(("word", "end", "lower"))] if level == 2 else [])
     else:
-        kinds = rng.sample(("word", "end", "lower", "length"), min(level, 3))
+        kinds = rng.sample(("word", "end", "lower", "length"), 3)
         if "length" not in kinds and "end" not in kinds:
             kinds[-1] = "length"  # so the request itself, echoed back, does not pass
     parts = [_constraint(k, rng) for k in kinds]
@@ -92,8 +98,8 @@ def _text(prompt: str, tests: list[dict[str, str]], reference: str) -> dict[str,
 
 
 # ------------------------------------------------------------------ function variants
-FUNCTION_KINDS = {1: ("add", "times", "repeat"), 2: ("count_char", "multiple", "first_n", "last_n"),
-                  3: ("sum_multiples", "clamp", "long_words")}
+FUNCTION_KINDS = {1: ("add", "times", "repeat"), 2: ("count_char", "multiple"), 3: ("first_n", "last_n", "clamp"),
+                  4: ("sum_multiples", "long_words")}
 
 
 def function_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
@@ -169,6 +175,16 @@ def ui_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
         tests = [_test("heading", f"h = dom.find('h1')\nassert h and h.text() == {word.capitalize()!r}")]
         return _html(prompt, tests, f"<h1>{word.capitalize()}</h1>")
     if level == 2:
+        if rng.random() < 0.5:
+            fid, kind, _ = rng.choice(FIELDS)
+            prompt = f"Write the HTML for an input element with id '{fid}' and type '{kind}'."
+            tests = [_test("input", f"i = dom.find('input', id={fid!r})\nassert i and i.get('type') == {kind!r}")]
+            return _html(prompt, tests, f'<input id="{fid}" type="{kind}">')
+        page, label = rng.choice((("/about", "About"), ("/contact", "Contact"), ("/help", "Help"), ("/news", "News")))
+        prompt = f"Write the HTML for a link to '{page}' whose text is '{label}'."
+        tests = [_test("link", f"a = dom.find('a')\nassert a and a.get('href') == {page!r} and a.text() == {label!r}")]
+        return _html(prompt, tests, f'<a href="{page}">{label}</a>')
+    if level == 3:
         fid, kind, label = rng.choice(FIELDS)
         prompt = (f"Write the HTML for an input with id '{fid}' and type '{kind}', "
                   f"and a label element for it with the text '{label}'.")
