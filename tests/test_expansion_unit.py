@@ -451,3 +451,18 @@ def test_harness_solver_scores_with_the_real_sandbox():
     bad = by_task[tasks[1].id]
     assert bad.reward == 0.0 and "no ```python code block" in bad.meta["format_problem"]
     assert classify(tasks[1], bad)[0] == "format_error"
+
+
+def test_too_few_discovered_tasks_are_joined_by_seed_tasks(tmp_path):
+    from mindforge.expansion.inputs import cycle_tasks
+    from mindforge.store import RunDir, write_parquet
+
+    seeds = load_tasks(REPO / "seed_tasks")
+    found = [t.model_copy(update={"prompt": t.prompt + " (discovered)"}) for t in seeds[:2]]
+    found = [Task.model_validate(t.model_dump(exclude={"id"})) for t in found]
+    write_parquet(found, RunDir(tmp_path).stage(1, "discovery") / "tasks" / "accepted.parquet")
+    chosen, source = cycle_tasks(ExpansionConfig(run_dir=tmp_path, cycle=1, max_tasks=6))
+    assert len(chosen) == 6 and {t.id for t in found} <= {t.id for t in chosen}
+    assert "(2 tasks) and the seed tasks" in source
+    with pytest.raises(Exception, match="at least 3"):
+        cycle_tasks(ExpansionConfig(run_dir=tmp_path, cycle=1, max_tasks=6, use_seed_tasks=False))

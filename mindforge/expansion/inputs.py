@@ -1,8 +1,10 @@
 """What Expansion reads: the cycle's tasks and the HCP it starts from.
 
 Tasks, first found: an explicit path (JSONL file or folder, or parquet shards);
-the cycle's Discovery output (``cycles/N/discovery/tasks/*.parquet``); the
-seed tasks when ``use_seed_tasks`` allows it. A family filter and a task cap
+the cycle's Discovery output (``cycles/N/discovery/tasks/*.parquet``), joined
+by the seed tasks when it holds fewer than the 3 that train, validation and
+test need and ``use_seed_tasks`` allows it (a small model's Discovery can
+accept only one or two); the seed tasks. A family filter and a task cap
 apply after; the cap takes tasks round-robin over families in task-id hash
 order, so a small run still sees every family and the same cap always picks
 the same tasks.
@@ -58,6 +60,11 @@ def cycle_tasks(config: ExpansionConfig) -> tuple[list[Task], str]:
     if config.families:
         found = [t for t in found if t.family in config.families]
     chosen = cap_tasks(found, config.max_tasks)
+    if config.tasks is None and len(chosen) < 3 and config.use_seed_tasks and found and \
+            source != str(repo_root() / "seed_tasks"):
+        seeds = [t for t in load_tasks(repo_root() / "seed_tasks") if not config.families or t.family in config.families]
+        room = None if config.max_tasks is None else max(config.max_tasks, 3) - len(chosen)
+        chosen, source = [*chosen, *cap_tasks(seeds, room)], f"{source} ({len(chosen)} tasks) and the seed tasks"
     if len(chosen) < 3:
         raise InputError(source, "", f"{len(chosen)} tasks after filtering; Expansion needs at least 3 "
                                      "(train, validation and test each need one)")
