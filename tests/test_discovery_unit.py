@@ -240,7 +240,7 @@ def test_rounds_cover_the_budget() -> None:
 def test_the_staircase_moves_each_generated_kind_toward_the_band(tmp_path: Path, solved: bool, final: int) -> None:
     from mindforge.discovery.stage import run_discovery
 
-    c = cfg(tmp_path, budget=32, proposers=("procedural",), round_size=4)
+    c = cfg(tmp_path, budget=64, proposers=("procedural",), round_size=4)
     result = run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_Always(solved)))
     assert result.accepted == 0
     j = open_journal(c)
@@ -262,3 +262,22 @@ def test_in_band_decisions_hold_the_level(tmp_path: Path) -> None:
     run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_HalfSolver()))
     j = open_journal(c)
     assert {p.level for p in j.proposals.values() if p.level is not None} == {2}
+
+
+def test_later_rounds_favour_the_kinds_that_yield_learnable_tasks(tmp_path: Path) -> None:
+    from mindforge.discovery.stage import run_discovery
+
+    class FunctionsHalfTheTime:
+        def attempts(self, task, first, count):
+            return [task.output_kind == "function" and "exactly one bug" not in task.prompt and (first + i) % 2 == 0
+                    for i in range(count)]
+
+    c = cfg(tmp_path, budget=40, proposers=("procedural",), round_size=8)
+    run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=FunctionsHalfTheTime()))
+    j = open_journal(c)
+    first = [j.proposals[i].proposer for i in range(8)]
+    later = [j.proposals[i].proposer for i in range(8, 40)]
+    assert len(set(first)) == 5  # the first round follows the schedule: every kind
+    assert later.count("procedural/function") > len(later) / 2, later
+    assert {j.proposals[i].proposer for i, d in j.decisions.items() if d.accepted} <= {
+        "procedural/function", "procedural/compose"}

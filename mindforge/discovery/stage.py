@@ -7,8 +7,10 @@
    proposal is journaled before it is judged, so a rerun judges the same one.
    The budget is planned in rounds of ``round_size``: a generated kind's
    difficulty level for the next round follows a staircase over its last
-   decisions (too easy: one level up; too hard: one down), so the budget
-   goes where the current model is near its band, whatever its size;
+   decisions (too easy: one level up; too hard: one down), and the kinds of
+   the next round are drawn by Thompson sampling on each kind's acceptances,
+   so the budget goes where the current model is near its band, whatever
+   its size;
 2. ``screen`` (cheap, no container, deterministic): parse and schema, sizes,
    banned nondeterminism, then novelty against the archive and the earlier
    candidates of this cycle, then decontamination;
@@ -112,6 +114,31 @@ def levels(config: DiscoveryConfig, journal: Journal) -> dict[str, int]:
     return out
 
 
+def kind_record(kinds: Sequence[str], journal: Journal) -> dict[str, tuple[int, int]] | None:
+    """Each procedural kind's (accepted, decided) candidates so far; None before any decision."""
+    stats = {k: [0, 0] for k in kinds}
+    for d in journal.decisions.values():
+        kind = d.proposer.removeprefix("procedural/")
+        if kind in stats:
+            stats[kind][0] += int(d.accepted)
+            stats[kind][1] += 1
+    if not any(n for _, n in stats.values()):
+        return None
+    return {k: (a, n) for k, (a, n) in stats.items()}
+
+
+def draw_kind(record: dict[str, tuple[int, int]], seed: int, index: int) -> str:
+    """Thompson sampling over kinds: the highest draw from each kind's Beta(accepted + 1, rejected + 1).
+
+    A kind the current model always or never solves (at every level the
+    staircase tried) gives its slots to kinds that yield learnable tasks,
+    and still gets one now and then, so a kind that starts working is found.
+    Seeded by the candidate index: a rerun draws the same kind.
+    """
+    rng = procedural.rng_for(seed, index, "kind")
+    return max(record, key=lambda k: rng.betavariate(record[k][0] + 1, record[k][1] - record[k][0] + 1))
+
+
 def round_ends(config: DiscoveryConfig) -> list[int]:
     """Where each planning round ends: candidates ``[previous end, end)`` are planned together."""
     return [*range(config.round_size, config.budget, config.round_size), config.budget]
@@ -142,11 +169,13 @@ def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Ta
             journal.add_proposal(p)
     seen = {structure_hash(t) for t in pool}
     level = levels(config, journal)
+    record = kind_record(sorted(set(kinds)), journal)
     out = []
     for i in range(upto):
         p = journal.proposals.get(i)
         if p is None:
-            kind = kinds[i % len(kinds)]
+            # the first round follows the schedule (every kind in turn); later ones draw by results
+            kind = kinds[i % len(kinds)] if record is None else draw_kind(record, config.seed, i)
             p = _fresh_procedural(kind, pool, i, config, seen, level.get(kind, config.start_level))
             journal.add_proposal(p)
         h = _hash_of(p)

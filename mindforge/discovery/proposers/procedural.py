@@ -45,7 +45,8 @@ def kinds_for(families: Sequence[str]) -> list[str]:
     return allowed
 
 
-def _rng(seed: int, index: int, salt: str = "") -> random.Random:
+def rng_for(seed: int, index: int, salt: str = "") -> random.Random:
+    """The generator for candidate ``index``'s ``salt`` draw: the same on every rerun."""
     return random.Random(f"{seed}|{index}|{salt}")
 
 
@@ -77,7 +78,7 @@ def bugfix(pool: Sequence[Task], index: int, seed: int) -> Proposal | None:
     funcs = [t for t in pool if t.output_kind == "function"]
     if not funcs:
         return None
-    rng = _rng(seed, index, "bugfix")
+    rng = rng_for(seed, index, "bugfix")
     for _ in range(8):
         parent = rng.choice(funcs)
         buggy = mutate(parent.reference, rng)
@@ -98,7 +99,7 @@ def _function_view(t: Task) -> dict:
 
 
 def compose(pool: Sequence[Task], index: int, seed: int, families: Sequence[str]) -> Proposal | None:
-    rng = _rng(seed, index, "compose")
+    rng = rng_for(seed, index, "compose")
     fams = [f for f in ("L2", "L3") if not families or f in families]
     if not fams:
         return None
@@ -141,4 +142,4 @@ def propose(kind: str, pool: Sequence[Task], index: int, seed: int, families: Se
                     "instruction")
     level = max(1, min(level, LEVELS))
     return Proposal(index=index, proposer=f"procedural/{kind}", level=level,
-                    data=LEVELLED[kind](_rng(seed, index, kind), level))
+                    data=LEVELLED[kind](rng_for(seed, index, kind), level))
