@@ -114,12 +114,21 @@ def levels(config: DiscoveryConfig, journal: Journal) -> dict[str, int]:
     return out
 
 
+def _staircase_will_move(d: Decision, p: Proposal | None) -> bool:
+    """A too-easy or too-hard candidate of a generated kind with a level left to move to: the staircase's
+    business (it changes the level), not evidence against the kind."""
+    if p is None or p.level is None:
+        return False
+    return (d.reason == "too_easy" and p.level < procedural.LEVELS) or (d.reason == "too_hard" and p.level > 1)
+
+
 def kind_record(kinds: Sequence[str], journal: Journal) -> dict[str, tuple[int, int]] | None:
-    """Each procedural kind's (accepted, decided) candidates so far; None before any decision."""
+    """Each procedural kind's (accepted, decided) candidates so far, leaving out the decisions the staircase
+    answers by moving the level; None before any decision."""
     stats = {k: [0, 0] for k in kinds}
-    for d in journal.decisions.values():
+    for i, d in journal.decisions.items():
         kind = d.proposer.removeprefix("procedural/")
-        if kind in stats:
+        if kind in stats and not _staircase_will_move(d, journal.proposals.get(i)):
             stats[kind][0] += int(d.accepted)
             stats[kind][1] += 1
     if not any(n for _, n in stats.values()):
