@@ -281,3 +281,32 @@ def test_later_rounds_favour_the_kinds_that_yield_learnable_tasks(tmp_path: Path
     assert later.count("procedural/function") > len(later) / 2, later
     assert {j.proposals[i].proposer for i, d in j.decisions.items() if d.accepted} <= {
         "procedural/function", "procedural/compose"}
+
+
+def test_a_model_that_keeps_writing_malformed_proposals_gives_its_slots_away(tmp_path: Path) -> None:
+    from mindforge.discovery.stage import run_discovery
+
+    asked: list[int] = []
+
+    async def rambling(prompt, seed):
+        asked.append(seed)
+        return "I am not sure what task to write."
+
+    c = cfg(tmp_path, budget=24, model_share=0.25, round_size=8)
+    run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_HalfSolver(), propose_role=rambling))
+    j = open_journal(c)
+    model = [i for i, p in j.proposals.items() if p.proposer == "model"]
+    assert model == [3, 7] and len(asked) == 2  # rounds 2 and 3 asked nothing
+    assert all(j.decisions[i].reason == "malformed" for i in model) and len(j.decisions) == 24
+
+
+def test_composed_tasks_keep_their_parents_declarations() -> None:
+    a = fn_task("roll", "return random.randint(1, x)", ("assert 1 <= roll(6) <= 6",))
+    a = a.model_copy(update={"declares": ("random",)})
+    b = fn_task("twice", "return 2 * x", ("assert twice(2) == 4",))
+    for index in range(20):
+        p = procedural.compose([a, b], index, 0, ("L2",))
+        if p is not None:
+            assert p.data["declares"] == ["random"]
+            return
+    pytest.fail("compose never paired the two tasks")

@@ -148,6 +148,17 @@ def draw_kind(record: dict[str, tuple[int, int]], seed: int, index: int) -> str:
     return max(record, key=lambda k: rng.betavariate(record[k][0] + 1, record[k][1] - record[k][0] + 1))
 
 
+MODEL_MALFORMED_LIMIT = 2
+
+
+def model_gave_up(journal: Journal) -> bool:
+    """The model's last ``MODEL_MALFORMED_LIMIT`` proposals this cycle were all malformed: a model that
+    cannot write the format yet (a small default) would spend the rest of its share on nothing."""
+    mine = [journal.decisions[i] for i in sorted(journal.decisions) if journal.decisions[i].proposer == "model"]
+    recent = mine[-MODEL_MALFORMED_LIMIT:]
+    return len(recent) == MODEL_MALFORMED_LIMIT and all(d.reason == "malformed" for d in recent)
+
+
 def round_ends(config: DiscoveryConfig) -> list[int]:
     """Where each planning round ends: candidates ``[previous end, end)`` are planned together."""
     return [*range(config.round_size, config.budget, config.round_size), config.budget]
@@ -163,6 +174,10 @@ def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Ta
     upto = config.budget if upto is None else min(upto, config.budget)
     kinds = procedural.kinds_for(config.families) or ["instruction"]
     model_slots = [i for i in range(upto) if i not in journal.proposals and _is_model_slot(config, i)]
+    if model_slots and services.propose_role is not None and model_gave_up(journal):
+        services.log(f"the model's last {MODEL_MALFORMED_LIMIT} proposals were malformed; "
+                     f"candidates {model_slots} are procedural instead")
+        model_slots = []
     if model_slots and services.propose_role is not None:
         async def all_model() -> list[Proposal | BaseException]:
             return list(await asyncio.gather(*(model_proposer.propose(

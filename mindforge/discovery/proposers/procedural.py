@@ -116,7 +116,8 @@ def compose(pool: Sequence[Task], index: int, seed: int, families: Sequence[str]
         prompt = f"Write both Python functions below in one module.\n\n1. {a.prompt}\n\n2. {b.prompt}"
         data = {"family": "L2", "output_kind": "function", "entry_point": a.entry_point, "prompt": prompt,
                 "tests": tests, "reference": a.reference.rstrip() + "\n\n\n" + b.reference,
-                "setup": "\n".join(x for x in (a.setup, b.setup) if x)}
+                "setup": "\n".join(x for x in (a.setup, b.setup) if x),
+                "declares": sorted(set(a.declares) | set(b.declares))}  # a parent's clock or randomness stays declared
     else:
         prompt = f"Build one HTML fragment that contains both of these.\n\n1. {a.prompt}\n\n2. {b.prompt}"
         data = {"family": "L3", "output_kind": "html", "prompt": prompt, "tests": tests,
