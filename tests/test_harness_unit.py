@@ -166,3 +166,13 @@ def test_task_runner_runs_a_task_in_a_fresh_session(r) -> None:
     eng = FakeEngine(r)
     outcome = run(task_runner(eng.harness(), max_tokens=7)(task, 11, None))
     assert outcome.route == "L2" and len(outcome.hops) == 3 and eng.requests[1]["max_tokens"] == 7
+
+
+def test_a_scored_attempt_can_leave_out_the_summary_hop_and_nothing_before_it_changes(r) -> None:
+    task = Task(family="L2", prompt="L2: write add", output_kind="function", entry_point="add",
+                tests=[{"name": "t", "code": "assert add(1, 2) == 3"}], reference="def add(a, b): return a + b")
+    full, bare = FakeEngine(r), FakeEngine(r)
+    with_summary = run(task_runner(full.harness(), max_tokens=7)(task, 11, None))
+    without = run(task_runner(bare.harness(), max_tokens=7, summarize=False)(task, 11, None))
+    assert [h.kind for h in without.hops] == ["route", "answer"] and len(bare.requests) == 2
+    assert without.answer == with_summary.answer and bare.requests == full.requests[:2]
