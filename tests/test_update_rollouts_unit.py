@@ -20,7 +20,7 @@ from mindforge.tasks.models import (
 from mindforge.tasks.models import (
     TestResult as Result,
 )
-from mindforge.update.inputs import cycle_tasks, split
+from mindforge.update.inputs import cycle_tasks, seed_dir, split
 from mindforge.update.rollouts import (
     candidate_for,
     fenced_block,
@@ -96,3 +96,7 @@ def test_split_is_stable_and_falls_back_to_seeds(tmp_path) -> None:
     write_parquet(tasks[:3], RunDir(tmp_path).stage(1, "discovery") / "tasks" / "a.parquet")
     found, source = cycle_tasks(RunDir(tmp_path), 1, "L2")
     assert [t.id for t in found] == [t.id for t in tasks[:3]] and source.endswith("tasks")
+    # ... joined by the family's seeds when it has fewer than a split needs
+    found, source = cycle_tasks(RunDir(tmp_path), 1, "L2", want=6)
+    assert [t.id for t in found[:3]] == [t.id for t in tasks[:3]] and len(found) == len(tasks)
+    assert source.endswith("(3 tasks) and " + str(seed_dir()))

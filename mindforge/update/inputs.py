@@ -1,8 +1,11 @@
 """What the Update stage reads: the cycle's tasks for a route and the HCP to start from.
 
 Tasks: the cycle's Discovery output (verified by construction) when there is
-any for the route, otherwise the seed tasks of that family (each seed is
-checked against its reference in the sandbox by the seed tests). The split
+any for the route, joined by the seed tasks of that family when it holds
+fewer than ``want`` (validation plus one step's tasks: a train split of one
+task gives one group a step, often with no reward spread), otherwise the seed
+tasks of that family (each seed is checked against its reference in the
+sandbox by the seed tests). The split
 into training and validation tasks is by a hash of the task id and the
 seed, so it does not depend on file order and a rerun splits the same way.
 
@@ -33,14 +36,19 @@ def default_hcp_path() -> Path:
     return repo_root() / "hcp" / "examples" / "default.hcp.json"
 
 
-def cycle_tasks(run: RunDir, cycle: int, route: str, seeds: Path | None = None) -> tuple[list[Task], str]:
-    """Tasks of ``route`` for the cycle and where they came from."""
+def cycle_tasks(run: RunDir, cycle: int, route: str, seeds: Path | None = None,
+                want: int = 0) -> tuple[list[Task], str]:
+    """Tasks of ``route`` for the cycle and where they came from (see the module doc)."""
     folder = run.stage(cycle, "discovery") / "tasks"
+    source = Path(seeds) if seeds is not None else seed_dir()
     if folder.is_dir() and any(folder.glob("*.parquet")):
         found = [t for t in read_parquet(folder, Task) if t.family == route]
-        if found:
+        if len(found) >= want and found:
             return found, str(folder)
-    source = Path(seeds) if seeds is not None else seed_dir()
+        if found:
+            ids = {t.id for t in found}
+            extra = [t for t in load_tasks(source) if t.family == route and t.id not in ids]
+            return [*found, *extra], f"{folder} ({len(found)} tasks) and {source}"
     return [t for t in load_tasks(source) if t.family == route], str(source)
 
 

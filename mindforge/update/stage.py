@@ -183,7 +183,8 @@ class _Run:
 
     # ------------------------------------------------------------------ phases
     def run(self) -> UpdateResult:
-        tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds)
+        tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
+                                    want=self.cfg.validation_tasks + self.cfg.batch_tasks)
         if self.cfg.max_difficulty is not None:
             tasks = [t for t in tasks if (t.provenance.difficulty or 1) <= self.cfg.max_difficulty]
         train, held = split(tasks, self.cfg.validation_tasks, self.cfg.seed)
