@@ -238,7 +238,8 @@ class PolicyGradient:
 def _services(catalog, engine, base_path, doc):
     from mindforge.update.stage import UpdateServices
 
-    def runner_for(hcp_doc, max_tokens):
+    def runner_for(hcp_doc, max_tokens, route=None):
+        assert route == "L2"  # the trained specialist answers every rollout
         name = hcp_doc["router"]["routes"]["L2"]["served_adapter"]
 
         async def run(task, seed, tools):

@@ -28,6 +28,9 @@ def update(
     max_difficulty: Annotated[int | None, typer.Option("--max-difficulty", min=1, max=3)] = None,
     loss_type: Annotated[str | None, typer.Option("--loss-type", help="grpo | dr_grpo | dapo")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Learning rate.")] = None,
+    routing: Annotated[str, typer.Option(
+        "--routing", help="pinned: the trained route answers every rollout (no route hop); "
+                          "routed: the router decides, as in production")] = "pinned",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary object.")] = False,
 ) -> None:
@@ -52,7 +55,7 @@ def update(
             run_dir=run_dir, cycle=cycle, route=route, steps=steps, group_size=group_size,
             batch_tasks=batch_tasks, reward=reward, max_tokens=max_tokens, hcp=hcp,
             validation_tasks=validation_tasks, validation_samples=validation_samples,
-            max_difficulty=max_difficulty, grpo=grpo, seed=seed,
+            max_difficulty=max_difficulty, grpo=grpo, seed=seed, routing=routing,
         )
     except ValueError as exc:
         raise InputError("mindforge update", "", str(exc).replace("\n", "; ")) from None

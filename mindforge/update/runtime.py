@@ -143,16 +143,16 @@ def _make_trainer(policy: Any, fields: dict[str, Any]) -> Any:
     return trainer.GRPOTrainer(policy, trainer.GRPOConfig(**fields))
 
 
-def _runner_factory(url: str, model_path: Path, settings: Settings) -> Callable[[dict[str, Any], int | None], Any]:
-    """(HCP document, max_tokens) -> the production harness's turn runner against ``url``."""
+def _runner_factory(url: str, model_path: Path, settings: Settings) -> Callable[..., Any]:
+    """(HCP document, max_tokens, route pin) -> the production harness's turn runner against ``url``."""
     harness = need("mindforge.harness")
     from mindforge.hcp import parse_hcp
 
     client = harness.EngineClient(url, api_key=settings.api_key)  # one client: its pools are per event loop
 
-    def runner_for(doc: dict[str, Any], max_tokens: int | None) -> Any:
+    def runner_for(doc: dict[str, Any], max_tokens: int | None, route: str | None = None) -> Any:
         h = harness.open_harness(parse_hcp(doc, "hcp"), url, model_path, settings, client=client)
-        return harness.task_runner(h, max_tokens=max_tokens)
+        return harness.task_runner(h, max_tokens=max_tokens, route=route)
 
     return runner_for
 

@@ -33,7 +33,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -90,6 +90,13 @@ class UpdateConfig(BaseModel):
     regression_tolerance: float = Field(default=0.05, ge=0.0)
     regression_k_se: float = Field(default=2.0, ge=0.0)
     validate_after: bool = True
+    # pinned: the trained route answers every rollout through the harness's ``route=`` path (the same
+    # rendering, views, tools and summary; no route hop), so a specialist gets its data while the router
+    # still misroutes (an untrained router sends nearly everything to its default route, and a routed
+    # rollout then has no hop of the trained adapter). routed: the router decides, as in production, and
+    # only hops the trained route answered are trained. L0 always rolls out routed (its route hop is
+    # what the router learns).
+    routing: Literal["pinned", "routed"] = "pinned"
     seed: int = 0
     hcp: Path | None = None  # None: the run's current HCP (see inputs.current_hcp_path)
     seeds: Path | None = None  # seed task folder used when Discovery wrote none
@@ -150,7 +157,7 @@ class UpdateServices:
 
     engine: EngineAdmin
     verifier: Verifier
-    runner_for: Callable[[dict[str, Any], int | None], TurnRunner]  # (HCP doc, max_tokens) -> turn
+    runner_for: Callable[..., TurnRunner]  # (HCP doc, max_tokens, route=pin or None) -> turn
     open_session: SessionOpener | None
     catalog: AdapterCatalog
     load_policy: Callable[[AdapterVersion], Any]  # see policy.load_policy
@@ -217,7 +224,8 @@ class _Run:
     def _rollouts(self, tasks: Sequence[Task], served: str, samples: int, seed_offset: int,
                   max_tokens: int | None) -> list[list[Trajectory]]:
         doc = _serving(self.doc, self.route, served)
-        runner = self.svc.runner_for(doc, max_tokens)
+        pin = self.route if self.cfg.routing == "pinned" and self.route != "L0" else None
+        runner = self.svc.runner_for(doc, max_tokens, route=pin)
         rcfg = RolloutConfig(group_size=samples, reward=self.reward, seed=self.cfg.seed)
         return asyncio.run(rollout_groups(
             tasks, runner, self.svc.verifier, rcfg, hcp_version=hcp_hash(doc), route=self.route,
