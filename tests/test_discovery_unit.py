@@ -310,3 +310,11 @@ def test_composed_tasks_keep_their_parents_declarations() -> None:
             assert p.data["declares"] == ["random"]
             return
     pytest.fail("compose never paired the two tasks")
+
+
+
+def test_date_arithmetic_is_not_the_clock_but_reading_it_is() -> None:
+    assert sources_used(ast.parse("import datetime\nd = datetime.date(2024, 1, 1) + datetime.timedelta(days=3)")) \
+        == set()
+    assert sources_used(ast.parse("import datetime\nd = datetime.datetime.now()")) == {"clock"}
+    assert sources_used(ast.parse("from datetime import date\nd = date.today()")) == {"clock"}
