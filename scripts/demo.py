@@ -83,6 +83,16 @@ def stop(proc: subprocess.Popen) -> None:
     stop_process_group(proc.pid, timeout=30)
 
 
+def deployment_params(name: str) -> dict:
+    """The ``params`` a deployment of prefect.yaml declares: `--params` replaces them whole, so the demo
+    passes them on with its own run directory (otherwise the cycle would run at full-size defaults)."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))
+    found = next(d for d in spec["deployments"] if d["name"] == name)
+    return dict(found["parameters"]["params"])
+
+
 def flow_run_id(text: str) -> str | None:
     for line in text.splitlines():
         if "UUID:" in line:
@@ -132,7 +142,7 @@ def main() -> int:
         return 1
     worker = start_worker(env, settings.services_dir / "demo-worker.log")
     cycle = next_cycle(RUN_DIR)
-    params = json.dumps({"params": {"run_dir": str(RUN_DIR), "cycles": 1}})
+    params = json.dumps({"params": {**deployment_params("embedded"), "run_dir": str(RUN_DIR), "cycles": 1}})
     argv = [PREFECT, "deployment", "run", "rsi-cycle/embedded", "--params", params, "--watch",
             "--watch-timeout", "7200"]
     print(f"\n== One RSI cycle through Prefect (cycle {cycle})\n$ {' '.join(argv)}", flush=True)
