@@ -24,7 +24,7 @@ from mindforge.errors import InputError
 from mindforge.expansion.config import ExpansionConfig
 from mindforge.expansion.splits import unit_hash
 from mindforge.store import RunDir, read_parquet
-from mindforge.tasks.io import load_tasks
+from mindforge.tasks.io import load_tasks, seed_top_up
 from mindforge.tasks.models import Task
 
 
@@ -60,11 +60,12 @@ def cycle_tasks(config: ExpansionConfig) -> tuple[list[Task], str]:
     if config.families:
         found = [t for t in found if t.family in config.families]
     chosen = cap_tasks(found, config.max_tasks)
-    if config.tasks is None and len(chosen) < 3 and config.use_seed_tasks and found and \
-            source != str(repo_root() / "seed_tasks"):
-        seeds = [t for t in load_tasks(repo_root() / "seed_tasks") if not config.families or t.family in config.families]
-        room = None if config.max_tasks is None else max(config.max_tasks, 3) - len(chosen)
-        chosen, source = [*chosen, *cap_tasks(seeds, room)], f"{source} ({len(chosen)} tasks) and the seed tasks"
+    seeds = repo_root() / "seed_tasks"
+    if config.tasks is None and config.use_seed_tasks and found and source != str(seeds):
+        extra = seed_top_up(chosen, 3, seeds, lambda t: not config.families or t.family in config.families)
+        if extra:
+            room = None if config.max_tasks is None else max(config.max_tasks, 3) - len(chosen)
+            chosen, source = [*chosen, *cap_tasks(extra, room)], f"{source} ({len(chosen)} tasks) and the seed tasks"
     if len(chosen) < 3:
         raise InputError(source, "", f"{len(chosen)} tasks after filtering; Expansion needs at least 3 "
                                      "(train, validation and test each need one)")

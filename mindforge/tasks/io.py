@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,3 +55,15 @@ def dump_jsonl(models: Iterable[BaseModel], path: Path) -> int:
     lines = [m.model_dump_json() for m in models]
     atomic_write_text(Path(path), "".join(line + "\n" for line in lines))
     return len(lines)
+
+
+def seed_top_up(have: Sequence[Task], want: int, seeds: Path, keep: Callable[[Task], bool]) -> list[Task]:
+    """The seed tasks ``keep`` admits and ``have`` lacks, when ``have`` holds fewer than ``want``; else none.
+
+    A stage that reads the cycle's Discovery output calls this: a small model's
+    Discovery can accept too few tasks of a family for the stage's splits.
+    """
+    if len(have) >= want:
+        return []
+    ids = {t.id for t in have}
+    return [t for t in load_tasks(seeds) if keep(t) and t.id not in ids]

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from mindforge.store import RunDir, read_parquet
-from mindforge.tasks.io import load_tasks
+from mindforge.tasks.io import load_tasks, seed_top_up
 from mindforge.tasks.models import Task
 
 
@@ -43,12 +43,9 @@ def cycle_tasks(run: RunDir, cycle: int, route: str, seeds: Path | None = None,
     source = Path(seeds) if seeds is not None else seed_dir()
     if folder.is_dir() and any(folder.glob("*.parquet")):
         found = [t for t in read_parquet(folder, Task) if t.family == route]
-        if len(found) >= want and found:
-            return found, str(folder)
         if found:
-            ids = {t.id for t in found}
-            extra = [t for t in load_tasks(source) if t.family == route and t.id not in ids]
-            return [*found, *extra], f"{folder} ({len(found)} tasks) and {source}"
+            extra = seed_top_up(found, want, source, lambda t: t.family == route)
+            return [*found, *extra], f"{folder} ({len(found)} tasks) and {source}" if extra else str(folder)
     return [t for t in load_tasks(source) if t.family == route], str(source)
 
 
