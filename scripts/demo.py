@@ -106,8 +106,8 @@ def print_summary(cycle: int, ui: str, run_id: str | None) -> None:
     val, adapter = s["validation"], s["adapter"]
     print(f"\n== Cycle {cycle} of {RUN_DIR}")
     print(f"tasks accepted:     {s['tasks_accepted']} {s['tasks_by_family']} (archive {s['archive_tasks']})")
-    print(f"HCP:                {s['hcp_start']} -> {s['hcp_best']} -> {s['hcp_after']}")
-    print(f"HCP fields changed: {', '.join(s['hcp_changed_paths']) or 'none'}")
+    print(f"HCP:                {s['hcp_start']} -> {s['hcp_best']} (Expansion) -> {s['hcp_after']} (Update)")
+    print(f"Expansion changed:  {', '.join(s['hcp_changed_paths']) or 'none'}")
     print(f"adapter:            {adapter.get('version')} ({'promoted' if adapter.get('promoted') else 'kept'}"
           f"{'' if adapter.get('promoted') else ': ' + str(adapter.get('reason'))})")
     print(f"validation:         before {val.get('reward_before')} -> after {val.get('reward_after')} "
