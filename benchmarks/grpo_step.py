@@ -32,10 +32,9 @@ Measured on the 2-core, 24 GiB development host (``--threads 1``, prompt
     4 10838 MiB  62.0 s   4685 MiB 20.8 s  3706 MiB 20.7 s  (0.43x / 0.34x; split 0.34x / 0.33x)
     8  > 16.9 GiB (fails) 6916 MiB 29.4 s  3768 MiB 29.3 s   3612 MiB 94.7 s
 
-At G=8 the naive step does not fit under the limit; its memory grows
-2.7 GiB a sample (G=2..4: 5.7, 8.4, 10.8 GiB), ~21.8 GiB at G=8, so the
-resident prefix is ~0.32x (all at once) and ~0.17x (split) of it; its CPU
-time against the same compute done one sequence a backward is 0.31x / 0.28x.
+With no memory limit (``--mem-limit-gb 0 --threads 2``, nothing else running, 2026-12-04) the naive
+step does fit at G=8, just: 19522 MiB and 190.0 s CPU, against 6932 MiB / 58.4 s for the resident
+prefix (0.36x memory, 0.31x time) and 3725 MiB / 54.8 s split (0.19x, 0.29x).
 Losses agree to 1e-7 and gradient norms to 1e-6 relative in fp32.
 """
 
