@@ -6,7 +6,7 @@
 #   - the package with its dev extra
 #   - the Docker engine (Debian docker.io), dockerd started when not running
 #   - Prefect telemetry off
-#   - the sandbox image and the default model (when those commands exist)
+#   - the sandbox image and the default model
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -77,12 +77,11 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
 fi
 
-# 4. sandbox image and default model, once their commands exist
+# 4. sandbox image and default model (both are no-ops when already there). Not gated on
+# `--help | grep -q`: under pipefail grep's early exit breaks the pipe and the step was silently skipped.
 MF=$VENV/bin/mindforge
-if "$MF" sandbox --help 2>/dev/null | grep -q ' build '; then
-  "$MF" sandbox build
-fi
-if "$MF" model --help 2>/dev/null | grep -q ' pull '; then
-  "$MF" model pull
-fi
+say "sandbox image"
+"$MF" sandbox build
+say "default model"
+"$MF" model pull
 say "ready"
