@@ -77,8 +77,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
 fi
 
-# 4. sandbox image and default model (both are no-ops when already there). Not gated on
-# `--help | grep -q`: under pipefail grep's early exit breaks the pipe and the step was silently skipped.
+# 4. sandbox image and default model (both are no-ops when already there)
 MF=$VENV/bin/mindforge
 say "sandbox image"
 "$MF" sandbox build

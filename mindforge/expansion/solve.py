@@ -23,14 +23,13 @@ from typing import Any
 from mindforge.hcp import HCP, hcp_hash
 from mindforge.tasks.models import Task, Trajectory, Verdict
 from mindforge.update.rollouts import (
+    HCP_REWARDS,
     RolloutConfig,
     SessionOpener,
     TurnRunner,
     fenced_block,
     rollout_groups,
 )
-
-REWARD_KINDS = {"binary": "binary", "fraction": "pass_fraction"}
 
 
 def format_problem(task: Task, answer: str) -> str | None:
@@ -66,7 +65,7 @@ class HarnessSolver:
 
     def solve(self, hcp: HCP, tasks: Sequence[Task], samples: int, seed: int) -> list[Trajectory]:
         verifier = PoolVerifier(self.pool, hcp.guarded.verifier.reruns)
-        config = RolloutConfig(group_size=samples, reward=REWARD_KINDS[hcp.guarded.verifier.reward],
+        config = RolloutConfig(group_size=samples, reward=HCP_REWARDS[hcp.guarded.verifier.reward],
                                seed=seed, concurrency=self.concurrency)
         groups = asyncio.run(rollout_groups(
             tasks, self.runner_for(hcp), verifier, config, hcp_version=hcp_hash(hcp),

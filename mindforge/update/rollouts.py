@@ -35,6 +35,8 @@ from mindforge.store import write_parquet
 from mindforge.tasks.models import Hop, Task, Trajectory, Verdict, VerdictStatus
 
 RewardKind = Literal["binary", "pass_fraction"]
+# The HCP's guarded verifier setting (``mindforge.hcp.models.RewardKind``) as a rollout reward.
+HCP_REWARDS: dict[str, RewardKind] = {"binary": "binary", "fraction": "pass_fraction"}
 
 
 @dataclass

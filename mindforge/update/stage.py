@@ -50,6 +50,7 @@ from mindforge.update.handoff import EngineAdmin, HandoffResult, Parity, ProbeCo
 from mindforge.update.inputs import cycle_tasks, split
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
 from mindforge.update.rollouts import (
+    HCP_REWARDS,
     RewardKind,
     RewardStats,
     RolloutConfig,
@@ -185,8 +186,7 @@ class _Run:
         self.prefix = self.doc["router"]["routes"][self.route]["adapter"]
         self.scratch = self.out / "scratch"
         self.scratch_name: str | None = None
-        hcp_reward = self.doc["guarded"]["verifier"]["reward"]
-        self.reward: RewardKind = config.reward or ("binary" if hcp_reward == "binary" else "pass_fraction")
+        self.reward: RewardKind = config.reward or HCP_REWARDS[self.doc["guarded"]["verifier"]["reward"]]
 
     # ------------------------------------------------------------------ phases
     def run(self) -> UpdateResult:
