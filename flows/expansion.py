@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger
 from flows import artifacts
 from flows.publish import publish_trajectories
 from mindforge.expansion.config import ExpansionConfig
+from mindforge.run_services import RunServices, run_services_for
 
 
 def hcp_diff_markdown(result: dict[str, Any]) -> str:
@@ -64,15 +65,13 @@ def publish(result: dict[str, Any]) -> None:
 
 
 @flow(name="expansion", log_prints=True, persist_result=True)
-def expansion_flow(config: ExpansionConfig, engine_url: str | None = None) -> dict[str, Any]:
+def expansion_flow(config: ExpansionConfig, run: RunServices | None = None) -> dict[str, Any]:
     """Solve the cycle's tasks through the HCP, audit, and edit the HCP while gains are real."""
     from mindforge.cycle.runtime import expansion_runner
-    from mindforge.settings import load_settings
 
     logger = get_run_logger()
-    settings = load_settings()
-    if engine_url:
-        settings = settings.model_copy(update={"engine_url": engine_url})
-    result = dict(expansion_runner(settings, logger.info)(config))
+    with run_services_for(run, config.run_dir, config.cycle, "expansion", hcp=config.start_hcp,
+                          log=logger.info) as services:
+        result = dict(expansion_runner(services, logger.info)(config))
     publish(result)
     return result

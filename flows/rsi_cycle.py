@@ -5,34 +5,35 @@ starts. Resume and hand-over are ``mindforge.cycle``'s (stage ``DONE.json``
 files, ``summary.json`` per cycle), so retrying a failed flow run with the
 same parameters starts at the stage that failed. Before the first cycle the
 model folder and the sandbox image are prepared concurrently as tasks; one
-engine then serves every stage of the run (reused when one already runs).
+engine then serves every stage of the run (reused when one already runs):
+the run's services are built once and handed to each stage subflow.
 Each stage subflow gets the task runner the parameters name (thread pool,
 or Dask/Ray on a cluster) for its fan-out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 
 from flows import artifacts
+from flows.discovery import discovery_flow
 from flows.expansion import expansion_flow
 from flows.task_runners import make_task_runner
 from flows.update import update_flow
 from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
 from mindforge.cycle.config import validate_stage_configs
 from mindforge.cycle.core import StageRunner
+from mindforge.run_services import RunServices, open_run_services
 from mindforge.settings import Settings
 
 
 @task(name="prepare-model", retries=1)
 def prepare_model(settings: Settings) -> str:
-    from mindforge.cycle.parts import need
+    from mindforge.engine.registry import resolve_model
 
-    return str(need("mindforge.engine.registry", "resolve_model")(settings.model, settings))
+    return str(resolve_model(settings.model, settings))
 
 
 @task(name="prepare-sandbox-image", retries=1)
@@ -48,29 +49,16 @@ def prepare(settings: Settings) -> None:
         future.result()
 
 
-@contextmanager
-def engine_for_run(settings: Settings, params: CycleConfig, first: int, log: Callable[[str], None]) -> Iterator[Settings]:
-    from mindforge.cycle.runtime import cycle_engine
-
-    with cycle_engine(settings, params.run_dir, first, log) as live:
-        yield live
-
-
-def stage_runners(params: CycleConfig, engine_url: str | None) -> dict[str, StageRunner]:
-    """Each stage as a subflow on the task runner the parameters name."""
-    from mindforge.cycle.parts import call_accepting, need
+def stage_runners(params: CycleConfig, run: RunServices) -> dict[str, StageRunner]:
+    """Each stage as a subflow on the task runner the parameters name, on the run's services."""
 
     def runner() -> Any:
         return make_task_runner(params.task_runner, params.max_workers, params.task_runner_options)
 
-    def discovery(config: Any) -> dict[str, Any]:
-        stage_flow = need("flows.discovery", "discovery_flow")
-        return dict(call_accepting(stage_flow.with_options(task_runner=runner()), config, engine_url=engine_url))
-
     return {
-        "discovery": discovery,
-        "expansion": lambda config: expansion_flow.with_options(task_runner=runner())(config, engine_url=engine_url),
-        "update": lambda config: update_flow.with_options(task_runner=runner())(config, engine_url=engine_url),
+        "discovery": lambda config: discovery_flow.with_options(task_runner=runner())(config, run=run),
+        "expansion": lambda config: expansion_flow.with_options(task_runner=runner())(config, run=run),
+        "update": lambda config: update_flow.with_options(task_runner=runner())(config, run=run),
     }
 
 
@@ -96,10 +84,10 @@ def summary_markdown(result: CycleResult) -> str:
 
 
 @flow(name="cycle", flow_run_name="cycle-{cycle}", log_prints=True, persist_result=True)
-def cycle_flow(params: CycleConfig, cycle: int, engine_url: str | None = None) -> dict[str, Any]:
+def cycle_flow(params: CycleConfig, cycle: int, run: RunServices) -> dict[str, Any]:
     """One cycle; stages already finished in this run directory are read back, not run."""
     logger = get_run_logger()
-    result = run_cycle(params, cycle, stage_runners(params, engine_url), log=logger.info)
+    result = run_cycle(params, cycle, stage_runners(params, run), log=logger.info)
     artifacts.markdown(cycle, "summary", summary_markdown(result), f"RSI cycle {cycle}: the stages together")
     return result.model_dump(mode="json")
 
@@ -116,9 +104,9 @@ def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
     validate_stage_configs(params, first)  # before anything slow starts
     logger.info(f"run {params.run_dir}: cycles {first}..{first + params.cycles - 1}, stages {params.stages}")
     prepare(settings)
-    with engine_for_run(settings, params, first, logger.info) as live:
+    with open_run_services(settings, params.run_dir, first, log=logger.info) as run:
         results = run_cycles(
             params, {}, logger.info,
-            one_cycle=lambda cfg, n: CycleResult.model_validate(cycle_flow(cfg, n, engine_url=live.engine_url)),
+            one_cycle=lambda cfg, n: CycleResult.model_validate(cycle_flow(cfg, n, run=run)),
         )
     return [r.facts() for r in results]

@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 
 from flows import artifacts
 from flows.publish import publish_trajectories
+from mindforge.run_services import RunServices, run_services_for
 from mindforge.update.stage import UpdateConfig
 
 
@@ -49,11 +50,10 @@ def publish(cycle: int, result: dict[str, Any]) -> None:
 
 
 @flow(name="update", log_prints=True, persist_result=True)
-def update_flow(config: UpdateConfig, engine_url: str | None = None) -> dict[str, Any]:
+def update_flow(config: UpdateConfig, run: RunServices | None = None) -> dict[str, Any]:
     """Train the route's adapter with GRPO through the serving harness and hand it to the engine."""
     from mindforge.cycle.core import stored_result
     from mindforge.cycle.runtime import update_runner
-    from mindforge.settings import load_settings
 
     logger = get_run_logger()
     # Update has no journal: a finished one is read back, never trained twice.
@@ -62,14 +62,12 @@ def update_flow(config: UpdateConfig, engine_url: str | None = None) -> dict[str
         logger.info(f"update of cycle {config.cycle} finished before; publishing its stored result")
         publish(config.cycle, done)
         return done
-    settings = load_settings()
-    if engine_url:
-        settings = settings.model_copy(update={"engine_url": engine_url})
 
     def progress(done: int, total: int, row: Any = None) -> None:
         if row is not None:
             logger.info(f"GRPO step {done}/{total}: reward {row.mean_reward:.3f} loss {row.loss:.4f} kl {row.kl:.4f}")
 
-    result = dict(update_runner(settings, logger.info, progress)(config))
+    with run_services_for(run, config.run_dir, config.cycle, "update", hcp=config.hcp, log=logger.info) as services:
+        result = dict(update_runner(services, progress)(config))
     publish(config.cycle, result)
     return result

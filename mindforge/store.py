@@ -136,6 +136,34 @@ class RunDir:
             return []
         return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit())
 
+    def hcp_in_force(self, cycle: int, stage: str = "discovery") -> Path:
+        """The HCP file in force when ``stage`` of ``cycle`` starts: the one place that decides it.
+
+        Stages run in ``STAGES`` order and cycles in number order; the HCP in
+        force at a point is the newest one a finished stage before it left
+        (Update's promoted HCP, else Expansion's best), else the default
+        example. So Discovery and Expansion of cycle N start from what cycle
+        N-1 left, Update of cycle N from Expansion's best of cycle N, and the
+        eval of cycle N scores what Update of cycle N left in force.
+        """
+        from mindforge.paths import default_hcp_path
+
+        order = STAGES.index(stage)
+        for n in sorted((c for c in self.cycles() if c <= cycle), reverse=True):
+            for earlier, key in _HCP_LEFT_BY:
+                if n == cycle and STAGES.index(earlier) >= order:
+                    continue
+                marker = self.done_marker(n, earlier)
+                if marker.is_file():
+                    path = json.loads(marker.read_text(encoding="utf-8")).get(key)
+                    if path and Path(path).is_file():
+                        return Path(path)
+        return default_hcp_path()
+
+
+# The stages that leave an HCP file, newest first, and the result key that names it.
+_HCP_LEFT_BY = (("update", "hcp_path"), ("expansion", "best_hcp_path"))
+
 
 class JsonLog:
     """An append-only JSON-lines file that survives a kill mid-write.

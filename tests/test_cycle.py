@@ -17,7 +17,7 @@ from helpers import REPO
 
 from mindforge.cycle import CycleConfig, load_cycle_config, next_cycle, run_cycle, run_cycles
 from mindforge.errors import InputError
-from mindforge.expansion.inputs import default_hcp_path
+from mindforge.paths import default_hcp_path
 from mindforge.hcp import hcp_hash, load_hcp
 from mindforge.store import RunDir
 
@@ -125,23 +125,3 @@ def test_killing_a_cycle_during_expansion_and_rerunning_resumes_there(tmp_path: 
     assert stages == [("discovery", False), ("expansion", False), ("expansion", True), ("update", True)]
     assert result.stages["discovery"].status == "resumed"
     assert result.stages["expansion"].status == "ran" and result.stages["update"].status == "ran"
-
-
-def test_stage_calls_pass_only_the_keywords_a_stage_declares() -> None:
-    from prefect import flow
-
-    from mindforge.cycle.parts import MissingPart, call_accepting, need
-
-    @flow
-    def narrow(config: int) -> int:
-        return config
-
-    def wide(config: int, **extra: object) -> dict:
-        return {"config": config, **extra}
-
-    assert call_accepting(narrow.fn, 3, engine_url="http://x") == 3
-    assert call_accepting(wide, 3, engine_url="http://x") == {"config": 3, "engine_url": "http://x"}
-    with pytest.raises(MissingPart, match="mindforge.nothing_here"):
-        need("mindforge.nothing_here")
-    with pytest.raises(MissingPart, match="mindforge.store.Nope"):
-        need("mindforge.store", "Nope")

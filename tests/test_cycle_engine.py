@@ -1,4 +1,4 @@
-"""One engine for a run: the embedded engine on the run's catalog adapters, reused when one answers."""
+"""The run's services: the embedded engine on the run's catalog adapters, reused when one answers."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ def _model_ready() -> bool:
 
 def test_the_run_engine_serves_the_hcps_adapters_and_is_reused(tmp_path: Path) -> None:
     require(_model_ready(), "the default model is not converted yet (mindforge model pull)")
-    from mindforge.cycle.runtime import cycle_engine
+    from mindforge.run_services import open_run_services
 
     settings = load_settings().model_copy(update={"engine_url": None, "engine_port": 9})
     logs: list[str] = []
-    with cycle_engine(settings, tmp_path, 1, logs.append) as live:
+    with open_run_services(settings, tmp_path, 1, log=logs.append) as live:
         assert live.engine_url and live.engine_url != settings.engine_url
         models = httpx.get(f"{live.engine_url}/v1/models", timeout=30).json()["data"]
         names = {m["id"] for m in models}
@@ -33,7 +33,8 @@ def test_the_run_engine_serves_the_hcps_adapters_and_is_reused(tmp_path: Path) -
         assert all((tmp_path / "adapters" / r / "v0000" / "adapter_model.safetensors").is_file()
                    for r in ("L0", "L1", "L2", "L3"))
         again: list[str] = []
-        with cycle_engine(live, tmp_path, 1, again.append) as reused:
+        pointed = settings.model_copy(update={"engine_url": live.engine_url})
+        with open_run_services(pointed, tmp_path, 1, log=again.append) as reused:
             assert reused.engine_url == live.engine_url
         assert any("using the engine at" in m for m in again)
         assert not any("starting" in m for m in again)

@@ -423,9 +423,9 @@ def test_harness_solver_scores_with_the_real_sandbox():
     """The production solver's sandbox side, with a stand-in harness turn."""
     from helpers import require
 
-    from mindforge.expansion.solve import HarnessSolver
+    from mindforge.expansion.solve import AuditedSolver
+    from mindforge.rollouts import HarnessSolver, TurnOutcome
     from mindforge.sandbox import SandboxConfig, SandboxPool
-    from mindforge.update.rollouts import TurnOutcome
 
     try:
         import docker
@@ -445,7 +445,7 @@ def test_harness_solver_scores_with_the_real_sandbox():
         return TurnOutcome(answer="def nothing():\n    return 1", hops=[], route="L2")  # no fence, wrong name
 
     with SandboxPool(SandboxConfig(pool_size=2)) as pool:
-        got = HarnessSolver(lambda hcp: turn, pool).solve(load_hcp(DEFAULT), tasks, 1, 0)
+        got = AuditedSolver(HarnessSolver(lambda hcp: turn, pool)).solve(load_hcp(DEFAULT), tasks, 1, 0)
     by_task = {t.task_id: t for t in got}
     assert by_task[tasks[0].id].reward == 1.0 and by_task[tasks[2].id].reward == 1.0
     bad = by_task[tasks[1].id]

@@ -13,6 +13,7 @@ import flows.rsi_cycle as rsi
 from flows.task_runners import make_task_runner
 from mindforge.cycle import CycleConfig, runtime
 from mindforge.errors import InputError
+from mindforge.run_services import RunServices
 
 
 @pytest.fixture(scope="module")
@@ -24,15 +25,15 @@ def harness():
 @pytest.fixture
 def stand_in_stages(monkeypatch):
     """The real flows around stand-in stage functions; no engine, no model, no image."""
-    monkeypatch.setattr(runtime, "expansion_runner", lambda settings, log: standins.expansion_full)
-    monkeypatch.setattr(runtime, "update_runner", lambda settings, log, progress=None: standins.update_full)
+    monkeypatch.setattr(runtime, "expansion_runner", lambda run, log: standins.expansion_full)
+    monkeypatch.setattr(runtime, "update_runner", lambda run, progress=None: standins.update_full)
     monkeypatch.setattr(rsi, "prepare", lambda settings: None)
 
     @contextmanager
-    def no_engine(settings, params, first, log):
-        yield settings.model_copy(update={"engine_url": "http://127.0.0.1:9"})
+    def no_engine(settings, run_dir, cycle, stage="discovery", **kw):
+        yield RunServices(run_dir=run_dir, settings=settings, model_path=None, engine_url="http://127.0.0.1:9")
 
-    monkeypatch.setattr(rsi, "engine_for_run", no_engine)
+    monkeypatch.setattr(rsi, "open_run_services", no_engine)
 
 
 def artifacts_by_key(keys: list[str]) -> dict[str, object]:
@@ -87,7 +88,7 @@ def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stag
 
     params = CycleConfig(run_dir=tmp_path, stages=("expansion", "update"))
     original = runtime.update_runner
-    runtime.update_runner = lambda settings, log, progress=None: broken_update
+    runtime.update_runner = lambda run, progress=None: broken_update
     try:
         with pytest.raises(RuntimeError, match="trainer crashed"):
             rsi.rsi_cycle(params)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from harness_fakes import FakeEngine, make_hcp, model_path, renderer
 
 from mindforge.harness import task_runner
+from mindforge.run_services import RunServices
 from mindforge.settings import Settings
 from mindforge.tasks.models import Task
 from mindforge.update.runtime import _probe_renderer, _runner_factory
@@ -25,6 +27,8 @@ def test_probe_prompts_are_the_ids_a_pinned_turn_sends() -> None:
 
 
 def test_update_runner_factory_builds_a_turn_runner_per_document() -> None:
-    factory = _runner_factory("http://127.0.0.1:9", model_path(), Settings())
+    run = RunServices(run_dir=Path("/nonexistent"), settings=Settings(), model_path=model_path(),
+                      engine_url="http://127.0.0.1:9")
+    factory = _runner_factory(run)
     runner = factory(make_hcp().to_document(), 16)
     assert callable(runner)

@@ -76,13 +76,14 @@ sys.path.insert(0, {tests!r})
 import cycle_standins as s
 import flows.rsi_cycle as rsi
 from mindforge.cycle import CycleConfig, runtime
-runtime.expansion_runner = lambda settings, log: s.expansion_full
-runtime.update_runner = lambda settings, log, progress=None: s.update_full
+runtime.expansion_runner = lambda run, log: s.expansion_full
+runtime.update_runner = lambda run, progress=None: s.update_full
 rsi.prepare = lambda settings: None
+from mindforge.run_services import RunServices
 @contextmanager
-def no_engine(settings, params, first, log):
-    yield settings
-rsi.engine_for_run = no_engine
+def no_engine(settings, run_dir, cycle, stage="discovery", **kw):
+    yield RunServices(run_dir=run_dir, settings=settings, model_path=None, engine_url="http://127.0.0.1:9")
+rsi.open_run_services = no_engine
 rsi.rsi_cycle(CycleConfig(run_dir=Path({run!r}), stages=("expansion", "update")))
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mindforge.update.catalog import (
+from mindforge.catalog import (
     CONFIG_FILE,
     METADATA_FILE,
     WEIGHTS_FILE,

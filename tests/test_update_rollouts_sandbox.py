@@ -14,14 +14,14 @@ import subprocess
 import pytest
 from helpers import REPO, require
 
-from mindforge.tasks.io import load_tasks
-from mindforge.tasks.models import Hop, VerdictStatus
-from mindforge.update.rollouts import (
+from mindforge.rollouts import (
     RolloutConfig,
     TurnOutcome,
     groups_for_training,
     rollout_groups,
 )
+from mindforge.tasks.io import load_tasks
+from mindforge.tasks.models import Hop, VerdictStatus
 
 pytestmark = pytest.mark.docker
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 import json
 import math
 
+from mindforge.rollouts import (
+    candidate_for,
+    fenced_block,
+    groups_for_training,
+    paired_se,
+    reward_of,
+    reward_stats,
+)
 from mindforge.store import RunDir, read_parquet, write_parquet
 from mindforge.tasks.models import (
     CheckerTest,
@@ -20,15 +28,8 @@ from mindforge.tasks.models import (
 from mindforge.tasks.models import (
     TestResult as Result,
 )
-from mindforge.update.inputs import cycle_tasks, seed_dir, split
-from mindforge.update.rollouts import (
-    candidate_for,
-    fenced_block,
-    groups_for_training,
-    paired_se,
-    reward_of,
-    reward_stats,
-)
+from mindforge.paths import seed_tasks_dir as seed_dir
+from mindforge.update.inputs import cycle_tasks, split
 
 
 def _task(kind: str = "function", **kw) -> Task:

@@ -61,7 +61,8 @@ def _run_library(config: Any, as_json: bool) -> list[Any]:
 
     from mindforge.cycle import next_cycle, run_cycles
     from mindforge.cycle.config import validate_stage_configs
-    from mindforge.cycle.runtime import cycle_engine, library_runners
+    from mindforge.cycle.runtime import library_runners
+    from mindforge.run_services import open_run_services
     from mindforge.settings import load_settings
 
     console = Console(stderr=True)
@@ -81,8 +82,8 @@ def _run_library(config: Any, as_json: bool) -> list[Any]:
         def progress(done: int, total: int, row: Any = None) -> None:
             bar.update(steps, completed=done, total=total, visible=True)
 
-        with cycle_engine(load_settings(), config.run_dir, first, log) as live:
-            runners = library_runners(live, log, progress)
+        with open_run_services(load_settings(), config.run_dir, first, log=log) as run:
+            runners = library_runners(run, log, progress)
 
             def counted(name: str) -> Any:
                 def run(stage_config: Any) -> Any:

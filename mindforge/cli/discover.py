@@ -49,9 +49,10 @@ def discover(
 
     from mindforge.discovery.config import DiscoveryConfig
     from mindforge.discovery.output import finished_result
-    from mindforge.discovery.runtime import open_services
+    from mindforge.discovery.runtime import needs_engine, open_services
     from mindforge.discovery.stage import run_discovery
     from mindforge.errors import InputError, pydantic_problems
+    from mindforge.run_services import open_run_services
     from mindforge.settings import load_settings
 
     extra = {"proposers": tuple(proposer)} if proposer else {}
@@ -75,7 +76,9 @@ def discover(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     result = finished_result(config)
     if result is None:
-        with open_services(load_settings(), config, log=log) as services:
+        with open_run_services(load_settings(), run_dir, cycle, "discovery", hcp=config.hcp,
+                               engine=needs_engine(config), log=log) as run, \
+                open_services(run, config, log=log) as services:
             result = run_discovery(config, services)
     else:
         log(f"cycle {cycle} already discovered; showing the stored result")

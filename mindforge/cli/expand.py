@@ -73,11 +73,11 @@ def expand(
     """Solve the cycle's tasks through an HCP, audit failures, and edit the HCP while gains are real."""
     from pydantic import ValidationError
 
-    from mindforge.cycle.runtime import cycle_engine
     from mindforge.errors import InputError, pydantic_problems
     from mindforge.expansion import ExpansionConfig, ScriptedProposer, run_expansion
     from mindforge.expansion.runtime import open_services
     from mindforge.expansion.stage import finished_result
+    from mindforge.run_services import open_run_services
     from mindforge.settings import load_settings
 
     extra = {"proposers": tuple(proposer)} if proposer else {}
@@ -100,8 +100,8 @@ def expand(
         scripted = [ScriptedProposer(_read_patches(patches))] if patches else None
         # The run's engine serves the adapters its HCP names (from the run's catalog);
         # started here only when no engine is up, and stopped afterwards.
-        with cycle_engine(load_settings(), run_dir, cycle, log) as settings, \
-                open_services(settings, config, log=log, proposers=scripted) as services:
+        with open_run_services(load_settings(), run_dir, cycle, "expansion", hcp=hcp, log=log) as run, \
+                open_services(run, config, log=log, proposers=scripted) as services:
             result = run_expansion(config, services)
     else:
         log(f"cycle {cycle} already expanded; showing the stored result")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -41,6 +42,7 @@ def update(
     With --json the last line is one JSON object: route, version, parity {ok, max_abs_diff}, reward_before, reward_after, se (standard error of the paired per-task difference after - before), hcp (hash of the HCP in force).
     """
     from mindforge.errors import InputError
+    from mindforge.run_services import open_run_services
     from mindforge.settings import load_settings
     from mindforge.update.runtime import open_services
     from mindforge.update.stage import UpdateConfig, run_update
@@ -59,8 +61,12 @@ def update(
         )
     except ValueError as exc:
         raise InputError("mindforge update", "", str(exc).replace("\n", "; ")) from None
-    settings = load_settings()
-    with _progress(enabled=not as_json) as progress, open_services(config, settings, progress=progress) as services:
+    def log(message: str) -> None:
+        print(f"[update] {message}", file=sys.stderr, flush=True)
+
+    with _progress(enabled=not as_json) as progress, \
+            open_run_services(load_settings(), run_dir, cycle, "update", hcp=hcp, log=log) as run, \
+            open_services(run, config, progress=progress) as services:
         result = run_update(config, services)
     if as_json:
         print(json.dumps(result.summary()))

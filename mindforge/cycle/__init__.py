@@ -6,8 +6,8 @@ Public API::
     run_cycle(config, n, runners, log) -> CycleResult
     run_cycles(config, runners, log) -> list[CycleResult]
     next_cycle(run_dir) -> int                    first cycle without a summary
-    library_runners(settings, log)                the real stage calls (mindforge.cycle.runtime)
-    cycle_engine(settings, run_dir, cycle)        one engine for every stage of a run
+    library_runners(run, log)                     the real stage calls (mindforge.cycle.runtime), on
+                                                  the run's services (mindforge.run_services)
     run_status(run_dir) -> RunStatus              what a run directory holds (mindforge.cycle.status)
 """
 

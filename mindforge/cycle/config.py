@@ -90,10 +90,9 @@ def update_config(config: CycleConfig, cycle: int, hcp: Path | None = None) -> A
 
 
 def discovery_config(config: CycleConfig, cycle: int) -> Any:
-    from mindforge.cycle.parts import need
+    from mindforge.discovery.config import DiscoveryConfig
 
-    model = need("mindforge.discovery.config", "DiscoveryConfig")
-    return _build(model, "discovery", config.discovery, run_dir=config.run_dir, cycle=cycle)
+    return _build(DiscoveryConfig, "discovery", config.discovery, run_dir=config.run_dir, cycle=cycle)
 
 
 def validate_stage_configs(config: CycleConfig, cycle: int, skip: tuple[str, ...] = ()) -> None:

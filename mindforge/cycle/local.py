@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mindforge.paths import default_hcp_path
 from mindforge.services import ServiceSpec
 from mindforge.settings import Settings
 
@@ -33,16 +34,10 @@ def prefect_spec(settings: Settings) -> ServiceSpec:
 
 def engine_adapters(settings: Settings) -> dict[str, Path]:
     """Served name -> folder for the default HCP (creates the services catalog on first use)."""
-    from mindforge.cycle.parts import need
-    from mindforge.expansion.inputs import default_hcp_path
     from mindforge.hcp import load_hcp
-    from mindforge.update.runtime import catalog_for, ensure_initial_adapters, served_adapters
+    from mindforge.run_services import prepare_catalog
 
-    doc = load_hcp(default_hcp_path()).to_document()
-    model_path = Path(need("mindforge.engine.registry", "resolve_model")(settings.model, settings))
-    catalog = catalog_for(settings.services_dir)
-    ensure_initial_adapters(catalog, doc, model_path)
-    return served_adapters(catalog, doc)
+    return prepare_catalog(settings, settings.services_dir, load_hcp(default_hcp_path()).to_document())[1]
 
 
 def engine_spec(settings: Settings, adapters: dict[str, Path]) -> ServiceSpec:
@@ -55,8 +50,6 @@ def engine_spec(settings: Settings, adapters: dict[str, Path]) -> ServiceSpec:
 
 
 def proxy_spec(settings: Settings, hcp: Path | None = None) -> ServiceSpec:
-    from mindforge.expansion.inputs import default_hcp_path
-
     url = f"http://{settings.host}:{settings.proxy_port}"
     argv = [_bin("mindforge"), "serve", "--hcp", str(hcp or default_hcp_path()), "--upstream",
             settings.local_engine_url, "--host", settings.host, "--port", str(settings.proxy_port)]

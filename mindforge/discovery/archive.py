@@ -9,21 +9,17 @@ included when a previous attempt finished it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mindforge.discovery.config import DiscoveryConfig
+from mindforge.paths import resolve_from_repo, seed_tasks_dir
 from mindforge.store import RunDir, read_parquet
 from mindforge.tasks.io import load_tasks
 from mindforge.tasks.models import Task
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def seed_tasks(config: DiscoveryConfig) -> list[Task]:
-    path = config.seed_tasks or repo_root() / "seed_tasks"
+    path = config.seed_tasks or seed_tasks_dir()
     return load_tasks(Path(path))
 
 
@@ -49,18 +45,10 @@ def task_pool(config: DiscoveryConfig) -> list[Task]:
 
 
 def hcp_path(config: DiscoveryConfig) -> Path:
-    """The HCP this cycle starts from: configured, else what the last cycle left, else the default."""
+    """The HCP this cycle starts from: configured, else the one in force (``RunDir.hcp_in_force``)."""
     if config.hcp is not None:
         return Path(config.hcp)
-    run = RunDir(config.run_dir)
-    for n in sorted((c for c in run.cycles() if c < config.cycle), reverse=True):
-        for stage, key in (("update", "hcp_path"), ("expansion", "best_hcp_path")):
-            marker = run.done_marker(n, stage)
-            if marker.is_file():
-                path = json.loads(marker.read_text(encoding="utf-8")).get(key)
-                if path and Path(path).is_file():
-                    return Path(path)
-    return repo_root() / "hcp" / "examples" / "default.hcp.json"
+    return RunDir(config.run_dir).hcp_in_force(config.cycle, "discovery")
 
 
 def eval_sources(config: DiscoveryConfig) -> list[Path]:
@@ -69,7 +57,7 @@ def eval_sources(config: DiscoveryConfig) -> list[Path]:
     if config.mbpp_dir is not None:
         mbpp = Path(config.mbpp_dir)
         if not mbpp.is_absolute():
-            mbpp = (repo_root() / mbpp).resolve()
+            mbpp = resolve_from_repo(mbpp)
         if mbpp.exists():
             out.append(mbpp)
     return out

@@ -46,7 +46,8 @@ from mindforge.discovery.proposers import model as model_proposer
 from mindforge.discovery.proposers import procedural
 from mindforge.discovery.proposers.base import Proposal
 from mindforge.discovery.records import Decision, DiscoveryResult
-from mindforge.discovery.verify import InfraError, Verifier, verify
+from mindforge.discovery.verify import InfraError, verify
+from mindforge.rollouts import Verifier
 from mindforge.store import RunDir
 from mindforge.tasks.models import Task
 

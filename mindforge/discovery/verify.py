@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Protocol
 
 from mindforge.discovery.checks import Rejection
 from mindforge.errors import MindForgeError
+from mindforge.rollouts import Verifier
 from mindforge.tasks.models import Task, Verdict, VerdictStatus
 
 
 class InfraError(MindForgeError):
     """Verification could not run (sandbox or engine trouble): retry, never reject."""
-
-
-class Verifier(Protocol):
-    def verify_many(self, jobs: Sequence[tuple[Task, str]]) -> list[Verdict]: ...
 
 
 def decoys(task: Task, parent: Task | None = None, extra: Sequence[str] = ()) -> list[tuple[str, str]]:

@@ -9,31 +9,22 @@ apply after; the cap takes tasks round-robin over families in task-id hash
 order, so a small run still sees every family and the same cap always picks
 the same tasks.
 
-Start HCP, first found: an explicit file; the newest HCP an earlier cycle of
-this run produced (Update's promoted HCP, else Expansion's best); the default
-example.
+Start HCP: an explicit file, else the one in force when the cycle's
+Expansion starts (``RunDir.hcp_in_force``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from mindforge.errors import InputError
 from mindforge.expansion.config import ExpansionConfig
 from mindforge.expansion.splits import unit_hash
+from mindforge.paths import seed_tasks_dir
 from mindforge.store import RunDir, read_parquet
 from mindforge.tasks.io import load_tasks, seed_top_up
 from mindforge.tasks.models import Task
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def default_hcp_path() -> Path:
-    return repo_root() / "hcp" / "examples" / "default.hcp.json"
 
 
 def _read_tasks(path: Path) -> list[Task]:
@@ -53,14 +44,14 @@ def cycle_tasks(config: ExpansionConfig) -> tuple[list[Task], str]:
         if folder.is_dir() and any(folder.glob("*.parquet")):
             found, source = read_parquet(folder, Task), str(folder)
         elif config.use_seed_tasks:
-            found, source = load_tasks(repo_root() / "seed_tasks"), str(repo_root() / "seed_tasks")
+            found, source = load_tasks(seed_tasks_dir()), str(seed_tasks_dir())
         else:
             raise InputError(str(folder), "", "no Discovery tasks for this cycle and seed tasks are off; "
                                               "pass --tasks or allow seed tasks")
     if config.families:
         found = [t for t in found if t.family in config.families]
     chosen = cap_tasks(found, config.max_tasks)
-    seeds = repo_root() / "seed_tasks"
+    seeds = seed_tasks_dir()
     if config.tasks is None and config.use_seed_tasks and found and source != str(seeds):
         extra = seed_top_up(chosen, 3, seeds, lambda t: not config.families or t.family in config.families)
         if extra:
@@ -90,12 +81,4 @@ def cap_tasks(tasks: Sequence[Task], cap: int | None) -> list[Task]:
 def start_hcp_path(config: ExpansionConfig) -> Path:
     if config.start_hcp is not None:
         return Path(config.start_hcp)
-    run = RunDir(config.run_dir)
-    for n in sorted((c for c in run.cycles() if c < config.cycle), reverse=True):
-        for stage, key in (("update", "hcp_path"), ("expansion", "best_hcp_path")):
-            marker = run.done_marker(n, stage)
-            if marker.is_file():
-                path = json.loads(marker.read_text()).get(key)
-                if path and Path(path).is_file():
-                    return Path(path)
-    return default_hcp_path()
+    return RunDir(config.run_dir).hcp_in_force(config.cycle, "expansion")

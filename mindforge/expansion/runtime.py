@@ -1,76 +1,37 @@
-"""The live services Expansion runs on, found or started, and stopped afterwards.
+"""The live services Expansion runs on, built from the run's services and closed afterwards.
 
-``open_services(settings, config)`` yields ``ExpansionServices`` whose solver
-goes through the production harness to an engine and verifies in the sandbox:
-
-- engine: ``settings.engine_url`` when it answers ``/health``; else the local
-  engine ``mindforge up`` started (``settings.local_engine_url``); else the
-  embedded engine on the default model, started here with fresh adapters
-  (``init-adapters``) in a temporary folder, and stopped on exit;
-- sandbox: a warm ``SandboxPool`` of ``settings.sandbox_pool_size`` containers,
-  removed on exit.
-
-Everything started here is stopped when the block ends, also on errors and
-Ctrl-C, so ``mindforge expand`` leaves a machine as it found it.
+``open_services(run, config)`` yields ``ExpansionServices`` whose solver goes
+through the production harness to the run's engine (``mindforge.run_services``)
+and verifies in a warm ``SandboxPool`` with the start HCP's guarded limits
+(removed on exit, also on errors and Ctrl-C).
 """
 
 from __future__ import annotations
 
-import socket
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from pathlib import Path
+from contextlib import contextmanager
 
 from mindforge.expansion.config import ExpansionConfig
+from mindforge.expansion.inputs import start_hcp_path
 from mindforge.expansion.proposers import Proposer
+from mindforge.expansion.solve import AuditedSolver, HarnessReflector
 from mindforge.expansion.stage import ExpansionServices
-from mindforge.services import healthy
-from mindforge.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def running_engine(settings: Settings) -> str | None:
-    """The URL of an engine that answers now, if any (configured first, then ``mindforge up``'s)."""
-    for url in (settings.engine_url, settings.local_engine_url):
-        if url and healthy(url.rstrip("/") + "/health"):
-            return url.rstrip("/")
-    return None
-
-
-def start_embedded_engine(settings: Settings, stack: ExitStack, log: Callable[[str], None]) -> str:
-    """Start the embedded engine on the default model with fresh adapters; stopped with ``stack``."""
-    from mindforge.engine.launch import EngineProcess, init_adapters
-
-    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mf-expand-adapters-")))
-    adapters = init_adapters(settings.model, folder, settings=settings)
-    log(f"no engine running; starting the embedded engine on {settings.model}")
-    proc = stack.enter_context(EngineProcess(settings.model, adapters, port=free_port(), settings=settings))
-    log(f"embedded engine up at {proc.url}")
-    return proc.url
+from mindforge.harness import task_runner
+from mindforge.hcp import HCP, load_hcp
+from mindforge.rollouts import HarnessSolver
+from mindforge.run_services import RunServices
+from mindforge.sandbox import SandboxPool
 
 
 @contextmanager
-def open_services(settings: Settings, config: ExpansionConfig, log: Callable[[str], None] = print,
+def open_services(run: RunServices, config: ExpansionConfig, log: Callable[[str], None] = print,
                   proposers: Sequence[Proposer] | None = None) -> Iterator[ExpansionServices]:
-    from mindforge.expansion.harness_io import HarnessReflector, harness_runner_for
-    from mindforge.expansion.solve import HarnessSolver
-    from mindforge.sandbox import SandboxConfig, SandboxPool
+    client = run.engine_client()  # one client: its connection pools are per event loop
 
-    with ExitStack() as stack:
-        url = running_engine(settings)
-        if url is None:
-            url = start_embedded_engine(settings, stack, log)
-        else:
-            log(f"using the engine at {url}")
-        pool = stack.enter_context(SandboxPool(SandboxConfig(pool_size=settings.sandbox_pool_size)))
-        runner_for, close = harness_runner_for(url, settings)
-        stack.callback(close)
-        solver = HarnessSolver(runner_for, pool, open_session=pool.session)
-        yield ExpansionServices(solver=solver, reflector=HarnessReflector(runner_for), proposers=proposers,
+    def harness_for(hcp: HCP) -> object:
+        return run.harness(hcp, client)
+
+    with SandboxPool(run.sandbox(load_hcp(start_hcp_path(config)))) as pool:
+        solver = AuditedSolver(HarnessSolver(lambda hcp: task_runner(harness_for(hcp)), pool))
+        yield ExpansionServices(solver=solver, reflector=HarnessReflector(harness_for), proposers=proposers,
                                 log=log)

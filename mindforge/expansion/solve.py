@@ -1,7 +1,7 @@
-"""The production ``Solver``: the harness of an HCP version, the engine, the sandbox.
+"""Expansion's ``Solver`` and ``Reflector``: the harness of an HCP version, the engine, the sandbox.
 
-Solving is the same rollout code that Update trains from
-(``mindforge.update.rollouts.rollout_groups``): one harness turn per sample
+Solving is the shared ``mindforge.rollouts.HarnessSolver``, the same rollout
+code that Update trains from: one harness turn per sample
 (route, answer with tool turns in a sandbox session, summary), the answer
 turned into the candidate the sandbox verifies, the reward from the verdict
 as the HCP's guarded verifier settings say (binary or pass fraction, with its
@@ -18,18 +18,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from mindforge.hcp import HCP, hcp_hash
-from mindforge.tasks.models import Task, Trajectory, Verdict
-from mindforge.update.rollouts import (
-    HCP_REWARDS,
-    RolloutConfig,
-    SessionOpener,
-    TurnRunner,
-    fenced_block,
-    rollout_groups,
-)
+from mindforge.harness import Harness
+from mindforge.hcp import HCP
+from mindforge.rollouts import HarnessSolver, fenced_block
+from mindforge.tasks.models import Task, Trajectory
 
 
 def format_problem(task: Task, answer: str) -> str | None:
@@ -45,35 +38,26 @@ def format_problem(task: Task, answer: str) -> str | None:
     return None
 
 
-class PoolVerifier:
-    """A sandbox pool as rollouts' ``Verifier``, with the HCP's rerun count."""
+class AuditedSolver:
+    """Expansion's ``Solver``: the shared harness solver, each answer checked for a parsable deliverable."""
 
-    def __init__(self, pool: Any, reruns: int = 0):
-        self.pool, self.reruns = pool, reruns
-
-    def verify_many(self, jobs: Sequence[tuple[Task, str]]) -> list[Verdict]:
-        return self.pool.verify_many(jobs, reruns=self.reruns)
-
-
-class HarnessSolver:
-    """``Solver`` over a turn runner built for each HCP version (see ``runtime``)."""
-
-    def __init__(self, runner_for: Callable[[HCP], TurnRunner], pool: Any,
-                 open_session: SessionOpener | None = None, concurrency: int = 8):
-        self.runner_for, self.pool = runner_for, pool
-        self.open_session, self.concurrency = open_session, concurrency
+    def __init__(self, solver: HarnessSolver):
+        self.solver = solver
 
     def solve(self, hcp: HCP, tasks: Sequence[Task], samples: int, seed: int) -> list[Trajectory]:
-        verifier = PoolVerifier(self.pool, hcp.guarded.verifier.reruns)
-        config = RolloutConfig(group_size=samples, reward=HCP_REWARDS[hcp.guarded.verifier.reward],
-                               seed=seed, concurrency=self.concurrency)
-        groups = asyncio.run(rollout_groups(
-            tasks, self.runner_for(hcp), verifier, config, hcp_version=hcp_hash(hcp),
-            route=hcp.router.default_route, open_session=self.open_session,
-        ))
         by_id = {t.id: t for t in tasks}
         out = []
-        for tr in (t for g in groups for t in g):
+        for tr in (t for g in self.solver.groups(hcp, tasks, samples, seed) for t in g):
             problem = None if "dropped" in tr.meta else format_problem(by_id[tr.task_id], tr.answer)
             out.append(tr.model_copy(update={"meta": {**tr.meta, "format_problem": problem}}) if problem else tr)
         return out
+
+
+class HarnessReflector:
+    """Runs the HCP's ``reflect`` role through the production harness (one hop, default route)."""
+
+    def __init__(self, harness_for: Callable[[HCP], Harness]):
+        self.harness_for = harness_for
+
+    def reflect(self, hcp: HCP, prompt: str, seed: int) -> str:
+        return asyncio.run(self.harness_for(hcp).role("reflect", prompt, seed=seed)).answer

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from mindforge.harness.harness import Harness
+from mindforge.rollouts import ToolCaller, TurnOutcome, TurnRunner
 from mindforge.tasks.models import Task
-from mindforge.update.rollouts import ToolCaller, TurnOutcome, TurnRunner
 
 
 def task_runner(harness: Harness, *, max_tokens: int | None = None, route: str | None = None,

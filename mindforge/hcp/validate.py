@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from mindforge.errors import InputError, MindForgeError, pydantic_problems
 from mindforge.hcp.models import HCP
 from mindforge.hcp.semantics import semantic_problems
+from mindforge.paths import hcp_schemas_dir
 
 SCHEMA_FILE = "hcp.schema.json"
 _MAX_SHOWN = 60
@@ -47,7 +48,7 @@ class DocumentErrors(InputError):
 
 def schema_dir() -> Path:
     """The folder of the JSON Schema files (the repository's ``hcp/schemas``)."""
-    return Path(__file__).resolve().parents[2] / "hcp" / "schemas"
+    return hcp_schemas_dir()
 
 
 @lru_cache(maxsize=1)

@@ -1,8 +1,16 @@
-"""Sandbox limits and sizes: one frozen config, read by every container start."""
+"""Sandbox limits and sizes: one frozen config, read by every container start.
+
+Every verdict of a run comes from a pool built with ``sandbox_config(hcp)``:
+the limits, the test timeout and the rerun count are the HCP's guarded
+settings (which no Expansion edit can touch), so the same candidate gets the
+same verdict in Discovery, Expansion, Update, the eval and the proxy's tools.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mindforge.hcp.models import Guarded
 
 
 class SandboxConfig(BaseModel):
@@ -20,3 +28,14 @@ class SandboxConfig(BaseModel):
     output_cap_bytes: int = 256 * 1024
     user: str = "10001:10001"
     label: str = "mindforge.sandbox"
+    reruns: int = Field(default=0, ge=0, le=10)  # a job judged this many extra times (flaky tests)
+
+
+def sandbox_config(guarded: Guarded, pool_size: int = 2, **fields: object) -> SandboxConfig:
+    """The sandbox of a run: the HCP's guarded verifier and sandbox limits, ``pool_size`` containers."""
+    box, verifier = guarded.sandbox, guarded.verifier
+    return SandboxConfig(
+        pool_size=pool_size, memory=f"{box.memory_mb}m", cpus=box.cpus, pids=box.pids,
+        workdir_size=f"{box.tmpfs_mb}m", job_timeout_s=box.wall_timeout_s, output_cap_bytes=box.output_cap_bytes,
+        test_timeout_s=verifier.test_timeout_s, reruns=verifier.reruns, **fields,
+    )

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from mindforge.errors import MindForgeError
+from mindforge.paths import sandbox_context_dir
 from mindforge.sandbox.config import SandboxConfig
 
 IMAGE_REPO = "mindforge-sandbox"
@@ -30,7 +31,7 @@ class ImageError(MindForgeError):
 
 
 def sandbox_dir() -> Path:
-    here = Path(__file__).resolve().parents[2] / "sandboxes" / "python"
+    here = sandbox_context_dir()
     if not (here / "Dockerfile").exists():
         raise ImageError(f"sandbox build context not found at {here} (needs a source checkout)")
     return here

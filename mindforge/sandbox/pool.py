@@ -125,7 +125,9 @@ class SandboxPool:
         return bool(containers) and all(ct.container_state(c).get("Running") for c in containers)
 
     # ---------------------------------------------------------------- verification
-    def verify(self, task: Task, candidate: str, reruns: int = 0) -> Verdict:
+    def verify(self, task: Task, candidate: str, reruns: int | None = None) -> Verdict:
+        """One verdict; ``reruns`` (default: the config's) extra runs merged for flaky tests."""
+        reruns = self.config.reruns if reruns is None else reruns
         runs = [self._verify_once(task, candidate) for _ in range(reruns + 1)]
         return runs[0] if len(runs) == 1 else merge_reruns(runs)
 
@@ -133,7 +135,7 @@ class SandboxPool:
         self,
         jobs: Sequence[tuple[Task, str]],
         progress: Callable[[int, Verdict], None] | None = None,
-        reruns: int = 0,
+        reruns: int | None = None,
     ) -> list[Verdict]:
         out: list[Verdict | None] = [None] * len(jobs)
 

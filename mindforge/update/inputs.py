@@ -9,38 +9,26 @@ sandbox by the seed tests). The split
 into training and validation tasks is by a hash of the task id and the
 seed, so it does not depend on file order and a rerun splits the same way.
 
-HCP: an explicit file, else the newest one a previous Update of this run
-promoted (cycle by cycle, at or before this one), else the default example.
+HCP: an explicit file, else the one in force when the cycle's Update starts
+(Expansion's best of this cycle, else what earlier cycles left).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
+from mindforge.paths import seed_tasks_dir
 from mindforge.store import RunDir, read_parquet
 from mindforge.tasks.io import load_tasks, seed_top_up
 from mindforge.tasks.models import Task
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def seed_dir() -> Path:
-    return repo_root() / "seed_tasks"
-
-
-def default_hcp_path() -> Path:
-    return repo_root() / "hcp" / "examples" / "default.hcp.json"
 
 
 def cycle_tasks(run: RunDir, cycle: int, route: str, seeds: Path | None = None,
                 want: int = 0) -> tuple[list[Task], str]:
     """Tasks of ``route`` for the cycle and where they came from (see the module doc)."""
     folder = run.stage(cycle, "discovery") / "tasks"
-    source = Path(seeds) if seeds is not None else seed_dir()
+    source = Path(seeds) if seeds is not None else seed_tasks_dir()
     if folder.is_dir() and any(folder.glob("*.parquet")):
         found = [t for t in read_parquet(folder, Task) if t.family == route]
         if found:
@@ -58,13 +46,5 @@ def split(tasks: list[Task], validation: int, seed: int) -> tuple[list[Task], li
 
 
 def current_hcp_path(run: RunDir, cycle: int, explicit: Path | None = None) -> Path:
-    """The HCP this Update starts from (see module doc)."""
-    if explicit is not None:
-        return Path(explicit)
-    for n in sorted((c for c in run.cycles() if c <= cycle), reverse=True):
-        marker = run.done_marker(n, "update")
-        if marker.is_file():
-            path = json.loads(marker.read_text()).get("hcp_path")
-            if path and Path(path).is_file():
-                return Path(path)
-    return default_hcp_path()
+    """The HCP this Update starts from: ``explicit``, else the one in force (``RunDir.hcp_in_force``)."""
+    return Path(explicit) if explicit is not None else run.hcp_in_force(cycle, "update")

@@ -37,19 +37,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mindforge.hcp import hcp_hash
-from mindforge.store import RunDir, atomic_write_json
-from mindforge.tasks.models import Route, Task, Trajectory
-from mindforge.update.catalog import (
+from mindforge.catalog import (
     AdapterCatalog,
     AdapterVersion,
     TrainingData,
     write_peft_adapter,
 )
-from mindforge.update.handoff import EngineAdmin, HandoffResult, Parity, ProbeConfig, hand_off
-from mindforge.update.inputs import cycle_tasks, split
-from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
-from mindforge.update.rollouts import (
+from mindforge.engine.admin import EngineAdmin
+from mindforge.hcp import hcp_hash
+from mindforge.rollouts import (
     HCP_REWARDS,
     RewardKind,
     RewardStats,
@@ -63,6 +59,11 @@ from mindforge.update.rollouts import (
     reward_stats,
     rollout_groups,
 )
+from mindforge.store import RunDir, atomic_write_json
+from mindforge.tasks.models import Route, Task, Trajectory
+from mindforge.update.handoff import HandoffResult, Parity, ProbeConfig, hand_off
+from mindforge.update.inputs import cycle_tasks, split
+from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
 
 
 class UpdateConfig(BaseModel):
@@ -215,7 +216,7 @@ class _Run:
         served = self.doc["router"]["routes"][self.route]["served_adapter"]
         found = self.svc.catalog.find(served)
         if found is None:
-            from mindforge.update.catalog import CatalogError
+            from mindforge.catalog import CatalogError
 
             raise CatalogError(f"the HCP serves {served} for {self.route}, which the catalog "
                                f"{self.svc.catalog.root} does not hold")

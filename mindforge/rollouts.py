@@ -185,6 +185,37 @@ async def rollout_groups(
     return [scored[k * g : (k + 1) * g] for k in range(len(tasks))]
 
 
+class SandboxVerifier(Verifier, Protocol):
+    """A verifier that also opens a task's tool session (a ``SandboxPool``)."""
+
+    def session(self, task: Task) -> Any: ...
+
+
+class HarnessSolver:
+    """The current model solving tasks through the production harness of an HCP, judged by the sandbox.
+
+    The one solver of every stage: Discovery's solve-rate attempts,
+    Expansion's candidate scoring and the eval all call ``groups``; Update
+    calls ``rollout_groups`` itself because it also pins routes and trains.
+    ``runner_for(hcp)`` builds the turn runner (which hops, which caps).
+    """
+
+    def __init__(self, runner_for: Callable[[Any], TurnRunner], pool: SandboxVerifier, concurrency: int = 8):
+        self.runner_for, self.pool, self.concurrency = runner_for, pool, concurrency
+
+    def groups(self, hcp: Any, tasks: Sequence[Task], samples: int, seed: int, *,
+               reward: RewardKind | None = None, seed_offset: int = 0) -> list[list[Trajectory]]:
+        """``samples`` trajectories of each task (one list a task); the reward is the HCP's unless given."""
+        from mindforge.hcp import hcp_hash
+
+        config = RolloutConfig(group_size=samples, reward=reward or HCP_REWARDS[hcp.guarded.verifier.reward],
+                               seed=seed, concurrency=self.concurrency)
+        return asyncio.run(rollout_groups(
+            tasks, self.runner_for(hcp), self.pool, config, hcp_version=hcp_hash(hcp),
+            route=hcp.router.default_route, open_session=self.pool.session, seed_offset=seed_offset,
+        ))
+
+
 def sample_seed(seed: int, task_id: str, sample: int) -> int:
     """A per-sample engine seed: reproducible, distinct across tasks and samples."""
     import hashlib

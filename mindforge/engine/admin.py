@@ -1,0 +1,79 @@
+"""The engine's admin client: which adapters it serves, load and unload by name, a sampled probe.
+
+It speaks the vLLM-compatible contract (``GET /v1/models``,
+``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``,
+``POST /v1/completions`` with token ids), so it drives the embedded engine,
+vLLM and SGLang alike. The run's services, Update's handoff and the
+services catalog all use this one client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mindforge.errors import MindForgeError
+
+
+class EngineError(MindForgeError):
+    pass
+
+
+class EngineAdmin:
+    """The few engine endpoints a handoff needs (the vLLM-compatible contract)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0,
+                 transport: httpx.BaseTransport | None = None):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s,
+                                 transport=transport)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        try:
+            return self.http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+
+    def loaded(self) -> list[str]:
+        """Adapter names the engine serves (models that name a parent)."""
+        try:
+            data = self.http.get("/v1/models").json().get("data", [])
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EngineError(f"{self.base_url}/v1/models: {exc}") from exc
+        return [m["id"] for m in data if m.get("parent")]
+
+    def load(self, name: str, path: Path) -> None:
+        r = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        if r.status_code >= 400:
+            raise EngineError(f"loading {name} from {path}: HTTP {r.status_code}: {r.text[:500]}")
+
+    def unload(self, name: str) -> bool:
+        """True when the engine had ``name`` and dropped it."""
+        r = self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        return r.status_code < 400
+
+    def sample(
+        self, model: str, prompt_ids: Sequence[int], max_tokens: int, seed: int
+    ) -> tuple[list[int], list[float]]:
+        """Completion token ids and their logprobs under the model's own distribution."""
+        body = {
+            "model": model, "prompt": list(prompt_ids), "max_tokens": max_tokens,
+            "temperature": 1.0, "top_p": 1.0, "seed": seed, "logprobs": 1,
+            "return_token_ids": True,
+        }
+        r = self._post("/v1/completions", body)
+        if r.status_code >= 400:
+            raise EngineError(f"completion on {model}: HTTP {r.status_code}: {r.text[:500]}")
+        choice = r.json()["choices"][0]
+        ids = choice.get("token_ids")
+        lps = (choice.get("logprobs") or {}).get("token_logprobs")
+        if ids is None or lps is None or len(ids) != len(lps):
+            raise EngineError(f"{self.base_url} returned no token ids/logprobs (return_token_ids, logprobs)")
+        return [int(i) for i in ids], [float(x) for x in lps]

@@ -1,0 +1,210 @@
+"""The services of a run, built in one place: engine, adapter catalog, model, HCP, sandbox settings.
+
+``open_run_services(settings, run_dir, cycle, stage)`` is the only code that
+finds or starts an engine. The cycle calls it once for the whole run; a
+stage run alone (``mindforge update``, ``expand``, ``discover``, ``eval``)
+calls the same function. It yields ``RunServices``, plain data (URLs,
+paths, settings), so it can be a Prefect parameter and travel to a worker in
+another process; each stage builds its live objects (a sandbox pool, a
+harness client) from it and closes them itself.
+
+What it guarantees on entry:
+
+- the run's adapter catalog (``RUN_DIR/adapters``) holds every adapter the
+  HCP in force names (version 0 of each route is created fresh on first use:
+  B = 0, so it computes exactly the base model);
+- an engine answers at ``engine_url`` and serves those adapters: a healthy
+  configured one (``settings.engine_url``, else the one ``mindforge up``
+  started) gets the missing ones loaded; otherwise the embedded engine is
+  started on the run's model and stopped on exit.
+
+The HCP in force at any point of the run is ``RunDir.hcp_in_force``; the
+sandbox settings of a stage come from that HCP's guarded section
+(``mindforge.sandbox.config.sandbox_config``), the same for every stage.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from mindforge.catalog import AdapterCatalog, copy_adapter
+from mindforge.engine.admin import EngineAdmin
+from mindforge.errors import MindForgeError
+from mindforge.hcp import HCP, load_hcp
+from mindforge.sandbox.config import SandboxConfig, sandbox_config
+from mindforge.services import healthy
+from mindforge.settings import Settings
+from mindforge.store import RunDir
+
+if TYPE_CHECKING:
+    from mindforge.harness import EngineClient, Harness
+
+
+class ServicesError(MindForgeError):
+    pass
+
+
+class RunServices(BaseModel):
+    """What every stage of a run shares; data only (see the module doc)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_dir: Path
+    settings: Settings
+    model_path: Path | None  # None, like engine_url, when the stage asked for no engine
+    engine_url: str | None
+
+    @property
+    def catalog(self) -> AdapterCatalog:
+        return catalog_for(self.run_dir)
+
+    def hcp_path(self, cycle: int, stage: str, explicit: Path | None = None) -> Path:
+        return Path(explicit) if explicit is not None else RunDir(self.run_dir).hcp_in_force(cycle, stage)
+
+    def sandbox(self, hcp: HCP) -> SandboxConfig:
+        return sandbox_config(hcp.guarded, pool_size=self.settings.sandbox_pool_size)
+
+    def require_engine(self) -> str:
+        if self.engine_url is None:
+            raise ServicesError("this stage was opened without an engine, and it needs one")
+        return self.engine_url
+
+    def admin(self) -> EngineAdmin:
+        return EngineAdmin(self.require_engine(), api_key=self.settings.api_key)
+
+    def engine_client(self) -> EngineClient:
+        from mindforge.harness import EngineClient
+
+        return EngineClient(self.require_engine(), api_key=self.settings.api_key)
+
+    def harness(self, hcp: HCP, client: EngineClient | None = None) -> Harness:
+        """The production harness of ``hcp`` against the run's engine (``client`` shares one pool)."""
+        from mindforge.harness import Harness, renderer_for
+
+        client = client or self.engine_client()
+        assert self.model_path is not None  # set whenever engine_url is
+        return Harness(hcp, client, renderer_for(self.model_path))
+
+    def serve(self, doc: dict[str, Any], log: Callable[[str], None] = lambda m: None) -> dict[str, Path]:
+        """Make the engine serve every adapter ``doc`` names (loading what it lacks); name -> folder."""
+        adapters = served_adapters(self.catalog, doc)
+        if self.engine_url is not None:
+            load_missing(self.admin(), adapters, log)
+        return adapters
+
+
+def catalog_for(run_dir: Path) -> AdapterCatalog:
+    return AdapterCatalog(Path(run_dir) / "adapters")
+
+
+def ensure_initial_adapters(catalog: AdapterCatalog, doc: dict[str, Any], model_path: Path) -> list[str]:
+    """Store fresh adapters as version 0 of each route the catalog lacks; returns the names added."""
+    from mindforge.engine.registry import init_adapters  # torch: only when adapters must be made
+
+    missing = [r for r in doc["router"]["routes"] if not catalog.versions(r)]
+    if not missing:
+        return []
+    added = []
+    with tempfile.TemporaryDirectory(prefix="mf-init-adapters-") as tmp:
+        folders = init_adapters(model_path, Path(tmp), routes=missing)
+        for route in missing:
+            prefix = doc["router"]["routes"][route]["adapter"]
+            entry = catalog.save(route, copy_adapter(Path(folders[route])), prefix=prefix,
+                                 base_model=str(model_path))
+            added.append(entry.name)
+    return added
+
+
+def served_adapters(catalog: AdapterCatalog, doc: dict[str, Any]) -> dict[str, Path]:
+    """Engine name -> folder, for every adapter the HCP serves."""
+    out: dict[str, Path] = {}
+    for route, spec in doc["router"]["routes"].items():
+        entry = catalog.find(spec["served_adapter"])
+        if entry is None:
+            raise ServicesError(f"the HCP serves {spec['served_adapter']} for {route}, which the catalog "
+                                f"{catalog.root} does not hold")
+        out[entry.name] = entry.path
+    return out
+
+
+def load_missing(admin: EngineAdmin, adapters: dict[str, Path], log: Callable[[str], None]) -> None:
+    """Load into the engine the adapters of ``adapters`` it does not serve yet."""
+    try:
+        loaded = set(admin.loaded())
+        for name, path in adapters.items():
+            if name not in loaded:
+                log(f"loading {name} into the engine")
+                admin.load(name, path)
+    finally:
+        admin.close()
+
+
+def running_engine(settings: Settings) -> str | None:
+    """The URL of an engine that answers now, if any (configured first, then ``mindforge up``'s)."""
+    for url in filter(None, (settings.engine_url, settings.local_engine_url)):
+        if healthy(url.rstrip("/") + "/health"):
+            return url.rstrip("/")
+    return None
+
+
+def prepare_catalog(settings: Settings, root: Path, doc: dict[str, Any],
+                    log: Callable[[str], None] = lambda m: None) -> tuple[Path, dict[str, Path]]:
+    """The model folder, and the adapters ``doc`` serves from the catalog under ``root`` (created on first use)."""
+    from mindforge.engine.registry import resolve_model
+
+    model_path = Path(resolve_model(settings.model, settings))
+    catalog = catalog_for(root)
+    added = ensure_initial_adapters(catalog, doc, model_path)
+    if added:
+        log(f"adapter catalog started with {', '.join(added)}")
+    return model_path, served_adapters(catalog, doc)
+
+
+@contextmanager
+def open_run_services(settings: Settings, run_dir: Path, cycle: int, stage: str = "discovery", *,
+                      hcp: Path | None = None, engine: bool = True,
+                      log: Callable[[str], None] = lambda m: None) -> Iterator[RunServices]:
+    """The run's services at ``stage`` of ``cycle`` (see the module doc); what it started it stops."""
+    if not engine:  # nothing to prepare: no model is resolved and no adapter made
+        yield RunServices(run_dir=Path(run_dir), settings=settings, model_path=None, engine_url=None)
+        return
+    hcp_path = Path(hcp) if hcp is not None else RunDir(run_dir).hcp_in_force(cycle, stage)
+    doc = load_hcp(hcp_path).to_document()
+    model_path, adapters = prepare_catalog(settings, run_dir, doc, log)
+    services = RunServices(run_dir=Path(run_dir), settings=settings, model_path=model_path, engine_url=None)
+    url = running_engine(settings)
+    if url is not None:
+        log(f"using the engine at {url}")
+        services = services.model_copy(update={"engine_url": url})
+        services.serve(doc, log)
+        yield services
+        return
+    from mindforge.engine import EngineProcess
+
+    log(f"starting the embedded engine on {settings.model}")
+    with EngineProcess(model_path, adapters, port=0, settings=settings,
+                       log_path=Path(run_dir) / "engine.log") as proc:
+        log(f"embedded engine up at {proc.url}")
+        yield services.model_copy(update={"engine_url": proc.url})
+
+
+@contextmanager
+def run_services_for(run: RunServices | None, run_dir: Path, cycle: int, stage: str, *,
+                     hcp: Path | None = None, engine: bool = True,
+                     log: Callable[[str], None] = lambda m: None) -> Iterator[RunServices]:
+    """``run`` when the caller (the cycle) built it; else the run's services opened for this stage alone."""
+    if run is not None:
+        yield run
+        return
+    from mindforge.settings import (
+        load_settings,  # an entry point's job: a stage flow run as a deployment
+    )
+
+    with open_run_services(load_settings(), run_dir, cycle, stage, hcp=hcp, engine=engine, log=log) as opened:
+        yield opened
