@@ -17,8 +17,8 @@ from helpers import REPO
 
 from mindforge.cycle import CycleConfig, load_cycle_config, next_cycle, run_cycle, run_cycles
 from mindforge.errors import InputError
-from mindforge.paths import default_hcp_path
 from mindforge.hcp import hcp_hash, load_hcp
+from mindforge.paths import default_hcp_path
 from mindforge.store import RunDir
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+from mindforge.paths import seed_tasks_dir as seed_dir
 from mindforge.rollouts import (
     candidate_for,
     fenced_block,
@@ -28,7 +29,6 @@ from mindforge.tasks.models import (
 from mindforge.tasks.models import (
     TestResult as Result,
 )
-from mindforge.paths import seed_tasks_dir as seed_dir
 from mindforge.update.inputs import cycle_tasks, split
 
 

@@ -20,13 +20,13 @@ import pytest
 from mindforge.catalog import WEIGHTS_FILE, AdapterCatalog, copy_adapter, write_peft_adapter
 from mindforge.engine.admin import EngineAdmin
 from mindforge.hcp import hcp_hash, load_hcp, read_json
+from mindforge.paths import default_hcp_path
 from mindforge.rollouts import RewardStats, TurnOutcome
 from mindforge.store import RunDir
 from mindforge.tasks.models import Hop, Verdict, VerdictStatus
 from mindforge.tasks.models import TestOutcome as Outcome
 from mindforge.tasks.models import TestResult as Result
 from mindforge.update.handoff import ProbeConfig, hand_off, teacher_forced_logprobs
-from mindforge.paths import default_hcp_path
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER, load_policy
 
 
