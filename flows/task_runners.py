@@ -9,13 +9,9 @@ Dask cluster, ``{"address": "ray://head:10001"}`` for Ray).
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from mindforge.errors import InputError
-
-_CLUSTER = {"dask": ("prefect_dask", "DaskTaskRunner", "prefect-dask"),
-            "ray": ("prefect_ray", "RayTaskRunner", "prefect-ray")}
 
 
 def make_task_runner(kind: str = "thread", max_workers: int = 2, options: dict[str, Any] | None = None) -> Any:
@@ -24,13 +20,16 @@ def make_task_runner(kind: str = "thread", max_workers: int = 2, options: dict[s
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=options.pop("max_workers", max_workers))
-    if kind not in _CLUSTER:
-        raise InputError("cycle parameters", "/task_runner", f"unknown task runner {kind!r}; "
-                         "expected thread, dask or ray")
-    module, cls, package = _CLUSTER[kind]
     try:
-        runner = getattr(importlib.import_module(module), cls)
+        if kind == "dask":
+            from prefect_dask import DaskTaskRunner
+
+            return DaskTaskRunner(**options)
+        if kind == "ray":
+            from prefect_ray import RayTaskRunner
+
+            return RayTaskRunner(**options)
     except ImportError:
         raise InputError("cycle parameters", "/task_runner",
-                         f"{kind} needs the {package} package on the worker (pip install {package})") from None
-    return runner(**options)
+                         f"{kind} needs the prefect-{kind} package on the worker (pip install prefect-{kind})") from None
+    raise InputError("cycle parameters", "/task_runner", f"unknown task runner {kind!r}; expected thread, dask or ray")
