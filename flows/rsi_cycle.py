@@ -19,12 +19,14 @@ from prefect import flow, get_run_logger, task
 
 from flows import artifacts
 from flows.discovery import discovery_flow
+from flows.eval import eval_flow
 from flows.expansion import expansion_flow
 from flows.task_runners import make_task_runner
 from flows.update import update_flow
 from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
 from mindforge.cycle.config import validate_stage_configs
 from mindforge.cycle.core import StageRunner
+from mindforge.eval.report import efficacy_cell
 from mindforge.run_services import RunServices, open_run_services
 from mindforge.settings import Settings
 
@@ -59,6 +61,7 @@ def stage_runners(params: CycleConfig, run: RunServices) -> dict[str, StageRunne
         "discovery": lambda config: discovery_flow.with_options(task_runner=runner())(config, run=run),
         "expansion": lambda config: expansion_flow.with_options(task_runner=runner())(config, run=run),
         "update": lambda config: update_flow.with_options(task_runner=runner())(config, run=run),
+        "eval": lambda config: eval_flow(config, run=run),
     }
 
 
@@ -74,12 +77,13 @@ def summary_markdown(result: CycleResult) -> str:
         "expansion test start → best": f"{result.expansion_test.get('start')} → {result.expansion_test.get('best')}",
         "adapter": f"{result.adapter.get('version', '-')} ({'promoted' if result.adapter.get('promoted') else 'kept'})",
         "validation before → after": f"{val.get('reward_before')} → {val.get('reward_after')} (paired SE {val.get('se')})",
+        "efficacy (sealed benchmark)": efficacy_cell(result.eval),
         "stages": ", ".join(f"{k} {v.status} {v.seconds:.0f}s" for k, v in result.stages.items()),
         "seconds": result.seconds,
     }
     links = [f"[{what}](/artifacts/key/{artifacts.key(c, what)})"
              for what in ("hcp-diff", "expansion-summary", "expansion-trajectories", "update-summary",
-                          "update-trajectories", "discovery-summary")]
+                          "update-trajectories", "discovery-summary", "efficacy", "efficacy-chart")]
     return artifacts.summary_markdown(f"RSI cycle {c}", facts, [" · ".join(links)])
 
 
@@ -106,7 +110,7 @@ def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
     prepare(settings)
     with open_run_services(settings, params.run_dir, first, log=logger.info) as run:
         results = run_cycles(
-            params, {}, logger.info,
+            params, {"eval": lambda config: eval_flow(config, run=run)}, logger.info,  # the cycle-0 baseline
             one_cycle=lambda cfg, n: CycleResult.model_validate(cycle_flow(cfg, n, run=run)),
         )
     return [r.facts() for r in results]

@@ -11,18 +11,19 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
-def _default_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def default_cache_dir(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mindforge"
 
 
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    cache_dir: Path = _default_cache()
+    # Read from the environment only when a Settings is made (load_settings), never at import.
+    cache_dir: Path = Field(default_factory=lambda: default_cache_dir(os.environ))
     # sandbox
     docker_host: str | None = None  # None: the docker SDK's own default (DOCKER_HOST or the socket)
     sandbox_pool_size: int = 2
@@ -55,7 +56,7 @@ class Settings(BaseModel):
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
-    values: dict[str, str] = {}
+    values: dict[str, object] = {"cache_dir": default_cache_dir(env)}
     for name in Settings.model_fields:
         key = f"MINDFORGE_{name.upper()}"
         if key in env:

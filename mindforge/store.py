@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 M = TypeVar("M", bound=BaseModel)
 
-STAGES = ("discovery", "expansion", "update")
+STAGES = ("discovery", "expansion", "update", "eval")
 
 
 @contextmanager

@@ -101,6 +101,8 @@ def flow_run_id(text: str) -> str | None:
 
 
 def print_summary(cycle: int, ui: str, run_id: str | None) -> None:
+    from mindforge.eval.report import efficacy_cell
+
     path = RUN_DIR / "cycles" / str(cycle) / "summary.json"
     s = json.loads(path.read_text())
     val, adapter = s["validation"], s["adapter"]
@@ -112,10 +114,11 @@ def print_summary(cycle: int, ui: str, run_id: str | None) -> None:
           f"{'' if adapter.get('promoted') else ': ' + str(adapter.get('reason'))})")
     print(f"validation:         before {val.get('reward_before')} -> after {val.get('reward_after')} "
           f"(paired SE {val.get('se')}, {val.get('validation_tasks')} tasks)")
+    print(f"efficacy:           {efficacy_cell(s.get('eval') or {})}")
     print("stages:             " + ", ".join(f"{k} {v['status']} {v['seconds']:.0f}s" for k, v in s["stages"].items()))
     print(f"\nPrefect UI:         {ui}")
     if run_id:
-        print(f"this run:           {ui}/runs/flow-run/{run_id}  (Artifacts tab: cycle-{cycle}-hcp-diff, "
+        print(f"this run:           {ui}/runs/flow-run/{run_id}  (Artifacts tab: cycle-{cycle}-efficacy, cycle-{cycle}-hcp-diff, "
               f"cycle-{cycle}-expansion-trajectories, cycle-{cycle}-summary)")
 
 

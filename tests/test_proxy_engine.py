@@ -16,7 +16,7 @@ import time
 import httpx
 import openai
 import pytest
-from harness_fakes import make_hcp
+from harness_fakes import make_hcp, model_path
 
 from mindforge.harness import EngineClient, open_harness
 from mindforge.harness import conversations as conv
@@ -81,7 +81,7 @@ def proxy(engine):
     import uvicorn
 
     client = Recording(engine.url, timeout_s=1800)  # 50 conversations queue on two shared cores
-    harness = open_harness(make_hcp(SMALL), engine.url, client=client)
+    harness = open_harness(make_hcp(SMALL), engine.url, model_path(), client=client)
     app = create_app(harness, api_key=KEY)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -150,7 +150,7 @@ def test_tool_call_round_trip_continues_on_the_same_adapter(proxy) -> None:
 
 
 def test_reentered_adapter_prefix_is_identical_and_the_engine_prefix_cache_hits(engine) -> None:
-    harness = open_harness(make_hcp(SMALL), engine.url)
+    harness = open_harness(make_hcp(SMALL), engine.url, model_path())
 
     async def go():
         s = harness.new_session()
@@ -169,7 +169,7 @@ def test_reentered_adapter_prefix_is_identical_and_the_engine_prefix_cache_hits(
 
 
 def test_training_ids_equal_engine_ids_after_a_tool_call(engine) -> None:
-    harness = open_harness(make_hcp(SMALL), engine.url)
+    harness = open_harness(make_hcp(SMALL), engine.url, model_path())
     results = []
 
     async def execute(name, args):
@@ -228,7 +228,7 @@ def test_bad_input_and_engine_down_keep_the_server_serving(proxy, engine) -> Non
     unknown = httpx.post(url + "/v1/chat/completions", headers=h,
                          json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]["message"]
-    down_harness = open_harness(make_hcp(SMALL), "http://127.0.0.1:9", client=EngineClient("http://127.0.0.1:9",
+    down_harness = open_harness(make_hcp(SMALL), "http://127.0.0.1:9", model_path(), client=EngineClient("http://127.0.0.1:9",
                                                                                              backoff_s=0.01))
     down = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(down_harness, api_key=None)),
                              base_url="http://p")

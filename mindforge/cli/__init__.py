@@ -11,6 +11,7 @@ import typer
 
 from mindforge.cli import cycle as cycle_cmd
 from mindforge.cli import discover, engine, expand, hcp, model, sandbox, tasks
+from mindforge.cli import eval as eval_cmd
 from mindforge.cli import serve as serve_cmd
 from mindforge.cli import services as services_cmd
 from mindforge.cli import status as status_cmd
@@ -27,10 +28,12 @@ app.add_typer(tasks.app, name="tasks")
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(model.app, name="model")
 app.add_typer(engine.app, name="engine")
+app.add_typer(eval_cmd.bench_app, name="bench")
 app.command("update")(update_cmd.update)
 app.command("discover")(discover.discover)
 app.command("expand")(expand.expand)
 app.command("cycle")(cycle_cmd.cycle)
+app.command("eval")(eval_cmd.eval_)
 app.command("status")(status_cmd.status)
 app.command("up")(services_cmd.up)
 app.command("down")(services_cmd.down)

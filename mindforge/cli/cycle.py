@@ -103,14 +103,17 @@ def _print_human(results: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("cycle", "stages", "tasks", "HCP start → after", "changed", "adapter", "validation before → after")
+    from mindforge.eval.report import efficacy_cell
+
+    table = Table("cycle", "stages", "tasks", "HCP start → after", "changed", "adapter", "validation before → after",
+                  "efficacy")
     for r in results:
         v = r.validation
         table.add_row(str(r.cycle), " ".join(f"{k[:3]}:{s.status}" for k, s in r.stages.items()),
                       "-" if r.tasks_accepted is None else str(r.tasks_accepted),
                       f"{r.hcp_start} → {r.hcp_after}", ", ".join(r.hcp_changed_paths) or "-",
                       f"{r.adapter.get('version', '-')}{'' if r.adapter.get('promoted', True) else ' (rolled back)'}",
-                      f"{v.get('reward_before')} → {v.get('reward_after')} (SE {v.get('se')})")
+                      f"{v.get('reward_before')} → {v.get('reward_after')} (SE {v.get('se')})", efficacy_cell(r.eval))
     Console().print(table)
 
 

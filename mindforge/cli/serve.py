@@ -85,7 +85,7 @@ def serve(
     url = (upstream or settings.engine_url or settings.local_engine_url).rstrip("/")
     engine_key = os.environ.get(doc.provider.api_key_env) if doc.provider.api_key_env else None
     model_path = resolve_model(model or doc.provider.model, settings)
-    harness = open_harness(doc, url, model_path, settings, client=EngineClient(url, api_key=engine_key))
+    harness = open_harness(doc, url, model_path, client=EngineClient(url, api_key=engine_key))
     app = create_app(harness, public_model=public_model, api_key=key)
     print(f"mindforge proxy on http://{bind}:{settings.proxy_port if port is None else port} -> {url}"
           f" ({'key required' if key else 'no key, loopback only'})", flush=True)

@@ -18,7 +18,10 @@ def _num(x: Any) -> str:
 def _print_human(status: dict[str, Any]) -> None:
     """A few short lines a cycle: the hashes are long, and terminals are narrow."""
     print(f"run {status['run_dir']}")
+    _print_curve(status)
     for c in status["cycles"]:
+        if c.get("baseline"):
+            continue
         d, e, u = (c["stages"][s] for s in ("discovery", "expansion", "update"))
         states = " · ".join(f"{name} {st['state']}" for name, st in c["stages"].items())
         print(f"cycle {c['cycle']} ({'complete' if c['complete'] else 'not complete'}): {states}")
@@ -36,6 +39,25 @@ def _print_human(status: dict[str, Any]) -> None:
     print(f"next cycle: {status['next_cycle']}")
     for route, names in status["adapters"].items():
         print(f"adapters {route}: {', '.join(names)}")
+
+
+def _print_curve(status: dict[str, Any]) -> None:
+    """pass@1 on the sealed benchmark by cycle, with the paired comparisons: the number a cycle is judged by."""
+    evals = [c["eval"] for c in status["cycles"] if c.get("eval")]
+    if not evals:
+        print("efficacy: no eval yet (mindforge eval --run-dir RUN --cycle 0 scores the baseline)")
+        return
+    print("efficacy (greedy pass@1 on the sealed benchmark, ± SE; paired differences ± paired SE):")
+    for ev in evals:
+        line = f"  cycle {ev['cycle']}: {ev['bench']} {ev['pass@1']:.3f} ± {ev['se']:.3f} (n={ev['n']})"
+        for name, key in (("previous", "vs_previous"), ("cycle 0", "vs_cycle0")):
+            p = ev.get(key)
+            if p:
+                line += f"; vs {name} {p['diff']:+.3f} ± {p['paired_se']:.3f} (p={p['mcnemar_p']:.3g})"
+        print(line + (f"  [{ev['subset']}]" if ev.get("subset") else ""))
+        for fam, shares in ev.get("routing", {}).items():
+            spread = ", ".join(f"{share:.0%} to {route}" for route, share in shares.items())
+            print(f"    routing of {fam} tasks: {spread}")
 
 
 @user_errors()

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mindforge.errors import InputError, pydantic_problems
 from mindforge.store import STAGES
 
-Stage = Literal["discovery", "expansion", "update"]
+Stage = Literal["discovery", "expansion", "update", "eval"]
 TaskRunnerKind = Literal["thread", "dask", "ray"]
 _OWNED = ("run_dir", "cycle")
 
@@ -35,6 +35,8 @@ class CycleConfig(BaseModel):
     discovery: dict[str, Any] = Field(default_factory=dict, description="Discovery config fields")
     expansion: dict[str, Any] = Field(default_factory=dict, description="ExpansionConfig fields")
     update: dict[str, Any] = Field(default_factory=dict, description="UpdateConfig fields")
+    eval: dict[str, Any] = Field(default_factory=dict, description="EvalConfig fields (the sealed benchmark eval "
+                                                                    "after every cycle, and the cycle-0 baseline)")
     task_runner: TaskRunnerKind = Field(default="thread", description="Prefect task runner for fan-out")
     task_runner_options: dict[str, Any] = Field(default_factory=dict, description="e.g. {'address': 'tcp://...'}")
     max_workers: int = Field(default=2, ge=1, description="Thread pool size for the local task runner")
@@ -47,7 +49,7 @@ class CycleConfig(BaseModel):
         # Stages always run in cycle order, whatever order they were listed in.
         return tuple(s for s in STAGES if s in v)
 
-    @field_validator("discovery", "expansion", "update")
+    @field_validator("discovery", "expansion", "update", "eval")
     @classmethod
     def _not_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
         clash = [k for k in _OWNED if k in v]
@@ -95,8 +97,16 @@ def discovery_config(config: CycleConfig, cycle: int) -> Any:
     return _build(DiscoveryConfig, "discovery", config.discovery, run_dir=config.run_dir, cycle=cycle)
 
 
+def eval_config(config: CycleConfig, cycle: int) -> Any:
+    """The eval after cycle ``cycle`` (0: the baseline before the first cycle)."""
+    from mindforge.eval.config import EvalConfig
+
+    return _build(EvalConfig, "eval", config.eval, run_dir=config.run_dir, cycle=cycle)
+
+
 def validate_stage_configs(config: CycleConfig, cycle: int, skip: tuple[str, ...] = ()) -> None:
     """Fail before any work when a stage's fields are wrong (Update's HCP comes later)."""
-    builders = {"discovery": discovery_config, "expansion": expansion_config, "update": update_config}
+    builders = {"discovery": discovery_config, "expansion": expansion_config, "update": update_config,
+                "eval": eval_config}
     for stage in (s for s in config.stages if s not in skip):
         builders[stage](config, cycle)

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from mindforge.cycle.config import (
     CycleConfig,
     discovery_config,
+    eval_config,
     expansion_config,
     update_config,
     validate_stage_configs,
@@ -69,6 +70,7 @@ class CycleResult(BaseModel):
     adapter: dict[str, Any]
     expansion_test: dict[str, Any]
     validation: dict[str, Any]
+    eval: dict[str, Any] = {}  # the sealed benchmark after this cycle (EvalResult.summary), with comparisons
     seconds: float
 
     def facts(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ class CycleResult(BaseModel):
             "adapter": self.adapter,
             "expansion_test": self.expansion_test,
             "validation": self.validation,
+            "eval": self.eval,
             "seconds": self.seconds,
         }
 
@@ -117,6 +120,8 @@ def _stage_config(config: CycleConfig, cycle: int, stage: str, records: Mapping[
         return discovery_config(config, cycle)
     if stage == "expansion":
         return expansion_config(config, cycle)
+    if stage == "eval":
+        return eval_config(config, cycle)
     expansion = records.get("expansion")
     best = expansion.result.get("best_hcp_path") if expansion and expansion.status != "skipped" else None
     return update_config(config, cycle, Path(best) if best else None)
@@ -169,6 +174,8 @@ def run_cycles(config: CycleConfig, runners: Mapping[str, StageRunner],
     """
     first = config.first_cycle or next_cycle(config.run_dir)
     one = one_cycle or (lambda cfg, n: run_cycle(cfg, n, runners, log, builders))
+    if "eval" in config.stages and "eval" in runners:
+        run_baseline(config, runners["eval"], log)
     out = []
     for n in range(first, first + config.cycles):
         path = summary_path(config.run_dir, n)
@@ -178,6 +185,18 @@ def run_cycles(config: CycleConfig, runners: Mapping[str, StageRunner],
         else:
             out.append(one(config, n))
     return out
+
+
+def run_baseline(config: CycleConfig, runner: StageRunner, log: Callable[[str], None] = lambda m: None) -> None:
+    """The cycle-0 eval, once per run: what every cycle is compared with (the HCP and adapters untouched)."""
+    if RunDir(config.run_dir).is_done(0, "eval"):
+        return
+    log("cycle 0: the baseline eval (the starting HCP and adapters) starts")
+    start = time.monotonic()
+    result = dict(runner(eval_config(config, 0)))
+    if not RunDir(config.run_dir).is_done(0, "eval"):
+        RunDir(config.run_dir).mark_done(0, "eval", result)
+    log(f"cycle 0: the baseline eval done in {time.monotonic() - start:.1f}s")
 
 
 def _archive_size(run_dir: Path, cycle: int) -> int:
@@ -197,6 +216,7 @@ def summarize(run_dir: Path, cycle: int, records: Mapping[str, StageRecord], sec
     d = records.get("discovery", StageRecord(status="skipped")).result
     e = records.get("expansion", StageRecord(status="skipped")).result
     u = records.get("update", StageRecord(status="skipped")).result
+    ev = records.get("eval", StageRecord(status="skipped")).result
     test = e.get("test") or {}
     adapter = {k: u[k] for k in ("route", "version", "candidate", "promoted", "reason") if k in u}
     if u.get("parity"):
@@ -211,5 +231,14 @@ def summarize(run_dir: Path, cycle: int, records: Mapping[str, StageRecord], sec
         adapter=adapter,
         expansion_test={"start": (test.get("start") or {}).get("mean"), "best": (test.get("best") or {}).get("mean"),
                         "gain": test.get("gain"), "se": test.get("se")} if test else {},
-        validation=validation, seconds=seconds,
+        validation=validation, eval=eval_summary(ev), seconds=seconds,
     )
+
+
+def eval_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The eval stage's stored result as the one object every ``--json`` shows ({} when it did not run)."""
+    if not result:
+        return {}
+    from mindforge.eval.records import EvalResult
+
+    return EvalResult.model_validate(result).summary()

@@ -49,12 +49,24 @@ def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | 
     return go
 
 
+def eval_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
+    def go(config: Any) -> Mapping[str, Any]:
+        from mindforge.eval.runtime import open_services
+        from mindforge.eval.stage import run_eval
+
+        with open_services(run, config, log=log) as services:
+            return as_json(run_eval(config, services))
+
+    return go
+
+
 def library_runners(run: RunServices, log: Callable[[str], None] = lambda m: None,
                     progress: Callable[[int, int, Any], None] | None = None) -> dict[str, StageRunner]:
     return {
         "discovery": discovery_runner(run, log),
         "expansion": expansion_runner(run, log),
         "update": update_runner(run, progress),
+        "eval": eval_runner(run, log),
     }
 
 

@@ -3,7 +3,9 @@
 Read-only and cheap (JSON markers and parquet footers only), so
 ``mindforge status RUN_DIR`` works while a cycle is running. A stage folder
 without ``DONE.json`` is reported as ``started`` (running now, or killed:
-the next run resumes it).
+the next run resumes it). Cycle 0, when the run has a baseline eval, is the
+first entry of ``cycles``; every cycle's eval is under ``eval`` (the object
+``mindforge eval --json`` prints, with its paired comparisons).
 """
 
 from __future__ import annotations
@@ -72,12 +74,16 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise InputError(str(run_dir), "", "no such run directory")
     run = RunDir(run_dir)
+    from mindforge.cycle.core import eval_summary, next_cycle
+
     cycles = []
     for n in run.cycles():
+        ev = eval_summary(_read(run.done_marker(n, "eval")))
+        if n == 0:  # the baseline: an eval of the untouched start, no stages
+            cycles.append({"cycle": 0, "baseline": True, "complete": bool(ev), "eval": ev})
+            continue
         summary = run.cycle(n) / "summary.json"
         cycles.append({"cycle": n, "complete": summary.is_file(),
-                       "stages": {s: _stage(run, n, s) for s in STAGES}})
-    from mindforge.cycle.core import next_cycle
-
+                       "stages": {s: _stage(run, n, s) for s in STAGES}, "eval": ev})
     return {"run_dir": str(run_dir), "cycles": cycles, "next_cycle": next_cycle(run_dir),
             "adapters": _catalog(run_dir / "adapters")}

@@ -6,7 +6,7 @@ Public API::
     ChatRenderer(tokenizer) / ChatRenderer.from_model(path)              messages -> token ids
     Harness(hcp, client, renderer).turn(session, text, ...) -> TurnRecord
     Harness.role("propose" | "reflect", prompt) -> TurnRecord
-    open_harness(hcp, url, model_path=None, settings=None) -> Harness
+    open_harness(hcp, url, model_path, api_key=None, client=None) -> Harness
     task_runner(harness, max_tokens=None) -> rollouts TurnRunner
 
 Importing this package does not import torch or transformers (the renderer
@@ -24,7 +24,6 @@ from mindforge.harness.session import Session
 from mindforge.harness.tasks import probe_prompt_ids, task_runner
 from mindforge.harness.toolcodec import ParsedAnswer, ToolCall
 from mindforge.hcp import HCP
-from mindforge.settings import Settings
 
 __all__ = [
     "ChatRenderer", "Completion", "EngineClient", "EngineError", "EngineUnavailable", "Harness", "ParsedAnswer",
@@ -43,13 +42,7 @@ def renderer_for(model_path: str | Path) -> ChatRenderer:
     return _RENDERERS[key]
 
 
-def open_harness(hcp: HCP, url: str, model_path: str | Path | None = None, settings: Settings | None = None,
-                 *, client: EngineClient | None = None) -> Harness:
+def open_harness(hcp: HCP, url: str, model_path: str | Path, *, api_key: str | None = None,
+                 client: EngineClient | None = None) -> Harness:
     """A harness for ``hcp`` against the engine at ``url``; the model folder gives the tokenizer."""
-    settings = settings or Settings()
-    if model_path is None:
-        from mindforge.engine.registry import resolve_model
-
-        model_path = resolve_model(settings.model, settings)
-    client = client or EngineClient(url, api_key=settings.api_key)
-    return Harness(hcp, client, renderer_for(model_path))
+    return Harness(hcp, client or EngineClient(url, api_key=api_key), renderer_for(model_path))

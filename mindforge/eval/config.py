@@ -1,0 +1,25 @@
+"""What one eval scores and how: one frozen config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mindforge.tasks.benchmarks import DEFAULT
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_dir: Path
+    cycle: int = Field(default=0, ge=0, description="0: the baseline, before any cycle changed anything")
+    bench: str = Field(default=DEFAULT, description="A registered benchmark (mindforge bench list)")
+    samples: int = Field(default=0, ge=0, le=64,
+                         description="0: greedy pass@1 only; K: also K samples a task at the HCP's answer "
+                                     "sampling, for pass@k")
+    max_tasks: int | None = Field(default=None, ge=1,
+                                  description="A fixed subset (the same tasks every cycle); None: all")
+    concurrency: int = Field(default=32, ge=1, description="Requests in flight (the engine batches them)")
+    chunk: int = Field(default=64, ge=1, description="Tasks a results shard; a killed eval resumes at a shard")
+    seed: int = 0
