@@ -29,6 +29,7 @@ from mindforge.hcp import HCP, hcp_hash, load_hcp
 from mindforge.rollouts import HarnessSolver, persist
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
+from mindforge.tasks import benchmarks
 from mindforge.tasks.models import Task
 
 
@@ -56,7 +57,9 @@ def open_services(run: RunServices, config: DiscoveryConfig,
     with ExitStack() as stack:
         pool = stack.enter_context(SandboxPool(run.sandbox(hcp)))
         services = DiscoveryServices(verifier=pool, propose_instructions=hcp.prompts.propose,
-                                     hcp_version=hcp_hash(hcp), log=log)
+                                     hcp_version=hcp_hash(hcp), log=log,
+                                     sealed_sources=tuple(benchmarks.sources(run.settings.cache_dir)),
+                                     sealed=benchmarks.SealedSet.of(run.settings.cache_dir))
         if needs_engine(config):
             client = run.engine_client()
 

@@ -49,6 +49,7 @@ from mindforge.discovery.records import Decision, DiscoveryResult
 from mindforge.discovery.verify import InfraError, verify
 from mindforge.rollouts import Verifier
 from mindforge.store import RunDir
+from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Task
 
 
@@ -68,6 +69,9 @@ class DiscoveryServices:
     log: Callable[[str], None] = lambda m: None
     workers: int = 8
     infra_retries: int = 2
+    # Sealed benchmarks (mindforge.tasks.benchmarks): decontaminated against, never a seed or a parent.
+    sealed_sources: tuple[Path, ...] = ()
+    sealed: SealedSet | None = None
 
 
 def stage_dir(config: DiscoveryConfig) -> Path:
@@ -228,10 +232,10 @@ def _fresh_procedural(kind: str, pool: Sequence[Task], index: int, config: Disco
     return p
 
 
-def screen(config: DiscoveryConfig, proposals: Sequence[Proposal], archive_tasks: Sequence[Task]
-           ) -> dict[int, Task | Rejection]:
+def screen(config: DiscoveryConfig, proposals: Sequence[Proposal], archive_tasks: Sequence[Task],
+           sealed_sources: Sequence[Path] = ()) -> dict[int, Task | Rejection]:
     """Cheap checks and novelty, in index order (a candidate is compared with the earlier ones)."""
-    index = NoveltyIndex(archive_tasks, eval_prompts(archive.eval_sources(config)))
+    index = NoveltyIndex(archive_tasks, eval_prompts([*archive.eval_sources(config), *sealed_sources]))
     out: dict[int, Task | Rejection] = {}
     for p in proposals:
         try:
@@ -303,8 +307,10 @@ def prepare(config: DiscoveryConfig, services: DiscoveryServices, upto: int | No
     """Plan and screen candidates ``[0, upto)``; journal screen rejections; return what still needs judging."""
     journal = journal or open_journal(config)
     pool = archive.task_pool(config)
+    if services.sealed is not None:
+        services.sealed.refuse(pool, "Discovery's seed and archive tasks")
     proposals = plan(config, services, pool, journal, upto)
-    screened = screen(config, proposals, [*pool, *archive.archived_tasks(config.run_dir)])
+    screened = screen(config, proposals, [*pool, *archive.archived_tasks(config.run_dir)], services.sealed_sources)
     pending = []
     for p in proposals:
         outcome = screened[p.index]

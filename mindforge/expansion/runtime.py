@@ -21,6 +21,7 @@ from mindforge.hcp import HCP, load_hcp
 from mindforge.rollouts import HarnessSolver
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
+from mindforge.tasks.benchmarks import SealedSet
 
 
 @contextmanager
@@ -34,4 +35,4 @@ def open_services(run: RunServices, config: ExpansionConfig, log: Callable[[str]
     with SandboxPool(run.sandbox(load_hcp(start_hcp_path(config)))) as pool:
         solver = AuditedSolver(HarnessSolver(lambda hcp: task_runner(harness_for(hcp)), pool))
         yield ExpansionServices(solver=solver, reflector=HarnessReflector(harness_for), proposers=proposers,
-                                log=log)
+                                log=log, sealed=SealedSet.of(run.settings.cache_dir))

@@ -42,6 +42,7 @@ from mindforge.expansion.splits import SPLITS, Splits, split_tasks
 from mindforge.expansion.stop import Stop
 from mindforge.hcp import HCP, hcp_hash, load_hcp
 from mindforge.store import RunDir, atomic_write_json
+from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Trajectory
 
 
@@ -54,6 +55,7 @@ class ExpansionServices:
     proposers: Sequence[Proposer] | None = None  # None: built from config.proposers
     log: Callable[[str], None] = field(default=lambda message: None)
     clock: Callable[[], float] = time.monotonic
+    sealed: SealedSet | None = None  # sealed benchmarks: never among the tasks Expansion selects on
 
 
 def build_proposers(config: ExpansionConfig, reflector: Reflector | None) -> list[Proposer]:
@@ -94,6 +96,8 @@ class _Stage:
     def prepare(self) -> tuple[HCP, Splits]:
         start = load_hcp(start_hcp_path(self.config))
         tasks, source = cycle_tasks(self.config)
+        if self.services.sealed is not None:
+            self.services.sealed.refuse(tasks, f"Expansion's tasks ({source})")
         splits = split_tasks(tasks, self.config.train_fraction, self.config.test_fraction)
         _check_inputs(self.folder, {
             "start_hcp": hcp_hash(start), "tasks_source": source, "splits": splits.ids(),

@@ -22,6 +22,7 @@ from mindforge.hcp import load_hcp, parse_hcp
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
 from mindforge.store import RunDir
+from mindforge.tasks.benchmarks import SealedSet
 from mindforge.update.inputs import current_hcp_path
 from mindforge.update.stage import UpdateConfig, UpdateServices
 
@@ -43,6 +44,7 @@ def open_services(run: RunServices, config: UpdateConfig,
             catalog=run.catalog, load_policy=lambda entry: load_policy(run.model_path, entry.path, seed=config.seed),
             make_trainer=_make_trainer, render_probe=_probe_renderer(run.model_path),
             base_model=str(run.model_path), hcp_doc=doc, progress=progress,
+            sealed=SealedSet.of(run.settings.cache_dir),
         )
 
 

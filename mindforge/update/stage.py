@@ -60,6 +60,7 @@ from mindforge.rollouts import (
     rollout_groups,
 )
 from mindforge.store import RunDir, atomic_write_json
+from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Route, Task, Trajectory
 from mindforge.update.handoff import HandoffResult, Parity, ProbeConfig, hand_off
 from mindforge.update.inputs import cycle_tasks, split
@@ -168,6 +169,7 @@ class UpdateServices:
     base_model: str
     hcp_doc: dict[str, Any]
     progress: Callable[[int, int, CurveRow | None], None] | None = None
+    sealed: SealedSet | None = None  # sealed benchmarks: never trained on
 
 
 def run_update(config: UpdateConfig, services: UpdateServices) -> UpdateResult:
@@ -193,6 +195,8 @@ class _Run:
     def run(self) -> UpdateResult:
         tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
                                     want=self.cfg.validation_tasks + self.cfg.batch_tasks)
+        if self.svc.sealed is not None:
+            self.svc.sealed.refuse(tasks, f"Update's tasks ({source})")
         if self.cfg.max_difficulty is not None:
             tasks = [t for t in tasks if (t.provenance.difficulty or 1) <= self.cfg.max_difficulty]
         train, held = split(tasks, self.cfg.validation_tasks, self.cfg.seed)

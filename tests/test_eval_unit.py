@@ -1,0 +1,172 @@
+"""The eval stage's bookkeeping with a stand-in solver: statistics, storage, reuse, resume, comparisons.
+
+The solver stands in for the harness, engine and sandbox (tests/test_eval.py
+runs them for real); everything around it is the real stage: shards, keys,
+the infra-error rule, the paired comparisons and the JSON every command prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+from mindforge.errors import InputError
+from mindforge.eval import EvalConfig, efficacy, run_eval
+from mindforge.eval.stage import EvalError, EvalServices
+from mindforge.eval.stats import mcnemar_exact, paired, pass_at_k
+from mindforge.hcp import load_hcp, parse_hcp
+from mindforge.paths import default_hcp_path
+from mindforge.tasks.benchmarks import SealedSet, builtin, register
+from mindforge.tasks.io import load_tasks
+from mindforge.tasks.models import Hop, Trajectory, Verdict, VerdictStatus
+
+TASKS = [t for t in load_tasks(REPO / "seed_tasks") if t.output_kind == "function"][:6]
+
+
+class StandInSolver:
+    """Passes the tasks in ``passing`` (greedy), routes each to ``route``; counts what it was asked."""
+
+    def __init__(self, passing: set[str], route: str = "L0", infra: set[str] | None = None):
+        self.passing, self.route, self.infra = passing, route, set(infra or ())
+        self.calls: list[list[str]] = []
+
+    def groups(self, hcp, tasks, samples, seed, **kw):
+        self.calls.append([t.id for t in tasks])
+        out = []
+        for t in tasks:
+            group = []
+            for s in range(samples):
+                if t.id in self.infra:
+                    self.infra.discard(t.id)  # fails once, then recovers
+                    group.append(Trajectory(task_id=t.id, hcp_version="h", route=self.route, sample=s,
+                                            meta={"dropped": "infra_error: daemon gone"}))
+                    continue
+                status = VerdictStatus.PASS if t.id in self.passing else VerdictStatus.FAIL
+                hop = Hop(kind="answer", route=self.route, adapter="a", prompt_ids=(1, 2), completion_ids=(3,),
+                          logprobs=(-0.1,), finish_reason="stop", duration_s=0.5)
+                group.append(Trajectory(task_id=t.id, hcp_version="h", route=self.route, sample=s, hops=(hop,),
+                                        verdict=Verdict(task_id=t.id, status=status, tests=()), reward=float(status == "pass")))
+            out.append(group)
+        return out
+
+
+def _services(solver) -> EvalServices:
+    return EvalServices(tasks=TASKS, bench_sha="sha", hcp=load_hcp(default_hcp_path()), solver=solver)
+
+
+def test_pass_at_k_and_mcnemar_match_their_definitions() -> None:
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 4) == 1.0 and pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(10, 3, 2) == pytest.approx(1 - (7 * 6) / (10 * 9))
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # five flips all one way: 2 * 0.5^5
+    assert mcnemar_exact(3, 3) == 1.0
+    p = paired({"a": 0, "b": 0, "c": 1, "d": 1}, {"a": 1, "b": 1, "c": 1, "d": 0, "e": 1})
+    assert (p.n, p.gained, p.lost, p.diff) == (4, 2, 1, 0.25)
+    assert p.paired_se == pytest.approx((sum((d - 0.25) ** 2 for d in (1, 1, 0, -1)) / 3 / 4) ** 0.5, abs=1e-6)
+
+
+def test_an_eval_is_stored_reused_and_never_scored_twice(tmp_path: Path) -> None:
+    config = EvalConfig(run_dir=tmp_path, cycle=0, chunk=4)
+    solver = StandInSolver(passing={TASKS[0].id, TASKS[1].id})
+    first = run_eval(config, _services(solver))
+    assert (first.n, first.pass_at_1, first.reused) == (6, pytest.approx(2 / 6, abs=1e-5), False)
+    assert first.routing == {"L2": {"L0": 1.0}} and first.by_route["L0"]["n"] == 6
+    assert len(solver.calls) == 2  # two shards of at most 4 tasks
+    again = run_eval(config, _services(solver))
+    assert again.reused and len(solver.calls) == 2 and again.key == first.key
+    summary = again.summary()
+    assert {"bench", "n", "pass@1", "se", "routing"} <= set(summary) and "vs_previous" not in summary
+    json.dumps(summary)
+
+
+def test_a_killed_eval_resumes_at_its_first_missing_shard(tmp_path: Path) -> None:
+    config = EvalConfig(run_dir=tmp_path, cycle=0, chunk=2)
+
+    class Killed(StandInSolver):
+        def groups(self, hcp, tasks, samples, seed, **kw):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().groups(hcp, tasks, samples, seed, **kw)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(config, _services(Killed(passing=set())))
+    rest = StandInSolver(passing=set())
+    result = run_eval(config, _services(rest))
+    assert len(rest.calls) == 1 and len(rest.calls[0]) == 2  # only the third shard of two tasks
+    assert result.n == 6 and not result.reused
+
+
+def test_infra_errors_are_run_again_and_never_scored(tmp_path: Path) -> None:
+    flaky = StandInSolver(passing={TASKS[2].id}, infra={TASKS[2].id})
+    result = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(flaky))
+    assert result.pass_at_1 == pytest.approx(1 / 6, abs=1e-5) and result.n == 6
+    assert flaky.calls[-1] == [TASKS[2].id]
+
+    class Broken(StandInSolver):
+        def groups(self, hcp, tasks, samples, seed, **kw):
+            self.infra = {t.id for t in tasks}
+            return super().groups(hcp, tasks, samples, seed, **kw)
+
+    with pytest.raises(EvalError, match="infrastructure error"):
+        run_eval(EvalConfig(run_dir=tmp_path / "b", cycle=0), _services(Broken(passing=set())))
+
+
+def test_each_cycle_is_paired_with_the_previous_one_and_with_cycle_0(tmp_path: Path) -> None:
+    ids = [t.id for t in TASKS]
+    run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(StandInSolver(passing=set(ids[:1]))))
+    doc = load_hcp(default_hcp_path()).to_document()
+    doc["router"]["routes"]["L2"]["served_adapter"] = "mf-L2-v0001"  # what an Update would leave in force
+    hcp2 = parse_hcp(doc, "cycle 1")
+    one = run_eval(EvalConfig(run_dir=tmp_path, cycle=1),
+                   EvalServices(tasks=TASKS, bench_sha="sha", hcp=hcp2, solver=StandInSolver(set(ids[:3]), "L2")))
+    assert one.vs_previous.gained == 2 and one.vs_previous.lost == 0 and one.previous_cycle == 0
+    assert one.vs_cycle0 == one.vs_previous and one.routing == {"L2": {"L2": 1.0}}
+    two = run_eval(EvalConfig(run_dir=tmp_path, cycle=2),
+                   EvalServices(tasks=TASKS, bench_sha="sha2", hcp=hcp2, solver=StandInSolver(set(ids[1:4]))))
+    assert (two.vs_previous.gained, two.vs_previous.lost, two.previous_cycle) == (1, 1, 1)
+    assert (two.vs_cycle0.gained, two.vs_cycle0.lost, two.vs_cycle0.diff) == (3, 1, pytest.approx(2 / 6, abs=1e-5))
+    s = two.summary()
+    assert set(s["vs_previous"]) >= {"diff", "paired_se", "mcnemar_p"} and set(s["vs_cycle0"]) >= {"diff"}
+    assert [r.cycle for r in efficacy(tmp_path)] == [0, 1, 2]
+
+
+def test_the_same_configuration_in_a_later_cycle_reuses_the_stored_rows(tmp_path: Path) -> None:
+    solver = StandInSolver(passing={TASKS[0].id})
+    run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(solver))
+    later = run_eval(EvalConfig(run_dir=tmp_path, cycle=1), _services(solver))  # nothing changed in cycle 1
+    assert later.reused and len(solver.calls) == 1 and later.vs_cycle0.diff == 0
+
+
+def test_a_fixed_subset_is_the_same_every_cycle_and_says_so(tmp_path: Path) -> None:
+    a = run_eval(EvalConfig(run_dir=tmp_path, cycle=0, max_tasks=4), _services(StandInSolver(set())))
+    b = run_eval(EvalConfig(run_dir=tmp_path, cycle=1, max_tasks=4), _services(StandInSolver(set())))
+    assert a.n == b.n == 4 and b.vs_cycle0.n == 4 and "4 of 6 tasks" in b.summary()["subset"]
+
+
+def test_sealed_benchmarks_stop_a_stage_that_would_select_or_train_on_them(tmp_path: Path) -> None:
+    mbpp = builtin()["mbpp"]
+    if not mbpp.path.is_file():
+        pytest.skip(f"the sealed MBPP data is not beside this checkout ({mbpp.path})")
+    sealed = SealedSet([mbpp])
+    bench_task = mbpp.tasks()[7]
+    assert sealed.hits(TASKS) == []
+    with pytest.raises(InputError, match="sealed benchmark"):
+        sealed.refuse([*TASKS, bench_task], "Update's tasks")
+    # A user benchmark registered by path is sealed too.
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(TASKS[0].model_dump_json() + "\n")
+    register(tmp_path / "cache", "mine", mine)
+    with pytest.raises(InputError, match="benchmark mine"):
+        SealedSet.of(tmp_path / "cache").refuse(TASKS, "Expansion's tasks")
+
+
+def test_a_bad_benchmark_file_is_refused_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(TASKS[0].model_dump_json() + "\n{\"family\": \"L2\"}\n")
+    with pytest.raises(InputError) as err:
+        register(tmp_path / "cache", "bad", bad)
+    assert str(bad) in str(err.value) and "2" in str(err.value)
