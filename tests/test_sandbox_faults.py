@@ -8,6 +8,7 @@ daemon, where `make setup` built it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -213,6 +214,28 @@ def test_containers_of_a_crashed_process_are_removed_when_a_pool_starts(daemon):
         assert daemon.containers(f"{LABEL}.pool={crashed_pool}") == {}
         assert pool.verify(ADD, ADD.reference).status == "pass"
     assert daemon.containers(LABEL) == {}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_cli_verify_gives_every_solution_line_its_verdict(daemon, tmp_path):
+    from mindforge.tasks.io import dump_jsonl
+
+    tasks = tmp_path / "t.jsonl"
+    dump_jsonl([ADD], tasks)
+    sols = tmp_path / "s.jsonl"
+    given = ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return 0\n",
+             "def add(a, b):\n    return b + a\n"]
+    sols.write_text("".join(json.dumps({"task_id": ADD.id, "solution": s}) + "\n" for s in given))
+    env = {**os.environ, "MINDFORGE_DOCKER_HOST": daemon.host,
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "mindforge.cli", "sandbox", "verify", str(tasks),
+                          "--solutions", str(sols), "--json"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(x) for x in run.stdout.splitlines()]
+    assert [(x["task_id"], x["line"], x["verdict"]) for x in lines] == [
+        (ADD.id, 1, "pass"), (ADD.id, 2, "fail"), (ADD.id, 3, "pass")]
 
 
 def test_reaper_rules():
