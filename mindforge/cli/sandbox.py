@@ -61,7 +61,7 @@ def verify(
     solutions: Annotated[Path | None, typer.Option(
         help='JSONL of {"task_id", "solution"}; several lines may name one task, each is judged')] = None,
     workers: Annotated[int | None, typer.Option(
-        help="Concurrent containers [default: MINDFORGE_SANDBOX_POOL_SIZE or 2]")] = None,
+        help="Concurrent containers.", show_default="MINDFORGE_SANDBOX_POOL_SIZE or 2")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="One JSON line per verdict on stdout (with the solution's line number)")] = False,
 ) -> None:
