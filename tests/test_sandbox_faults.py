@@ -44,6 +44,7 @@ class PrivateDaemon:
         self.root = Path(tempfile.mkdtemp(prefix="mfd-", dir="/tmp"))
         self.host = f"unix://{self.root}/d.sock"
         self.proc: subprocess.Popen | None = None
+        self.image = ""
 
     def start(self) -> None:
         # A killed dockerd's containerd dies with it but stays a zombie until init reaps it; a
@@ -124,6 +125,7 @@ def daemon():
     try:
         d.start()
         d.load(tag)
+        d.image = tag  # configured explicitly: a pool never starts building it against a dead daemon
         yield d
     finally:
         d.stop()
@@ -133,7 +135,8 @@ def daemon():
 @pytest.mark.docker
 @pytest.mark.slow
 def test_daemon_killed_mid_verification_ends_pending_jobs_fast_and_leaves_nothing(daemon):
-    config = SandboxConfig(docker_host=daemon.host, pool_size=2, job_timeout_s=20.0, daemon_recheck_s=1.0)
+    config = SandboxConfig(docker_host=daemon.host, image=daemon.image, pool_size=2, job_timeout_s=20.0,
+                           daemon_recheck_s=1.0)
     jobs = [(ADD, ADD.reference)] * 300
     arrived: dict[int, float] = {}
     some_done = threading.Event()
@@ -185,13 +188,15 @@ def test_daemon_killed_mid_verification_ends_pending_jobs_fast_and_leaves_nothin
         assert all(state == "running" for state in now.values()), now
     finally:
         pool.close()
+        if daemon.proc.poll() is not None:
+            daemon.start()  # failed between kill and restart: the next tests need it
     assert daemon.containers(LABEL) == {}
 
 
 CRASHER = textwrap.dedent("""
     import sys, time
     from mindforge.sandbox import SandboxConfig, SandboxPool
-    pool = SandboxPool(SandboxConfig(docker_host=sys.argv[1], pool_size=2))
+    pool = SandboxPool(SandboxConfig(docker_host=sys.argv[1], image=sys.argv[2], pool_size=2))
     pool.start()
     print(pool.id, flush=True)
     time.sleep(300)
@@ -202,7 +207,7 @@ CRASHER = textwrap.dedent("""
 @pytest.mark.slow
 def test_containers_of_a_crashed_process_are_removed_when_a_pool_starts(daemon):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    crasher = subprocess.Popen([sys.executable, "-c", CRASHER, daemon.host], stdout=subprocess.PIPE,
+    crasher = subprocess.Popen([sys.executable, "-c", CRASHER, daemon.host, daemon.image], stdout=subprocess.PIPE,
                                text=True, env=env)
     crashed_pool = crasher.stdout.readline().strip()
     crasher.send_signal(signal.SIGKILL)  # no close, no atexit: its containers stay, running
@@ -210,7 +215,7 @@ def test_containers_of_a_crashed_process_are_removed_when_a_pool_starts(daemon):
     left = daemon.containers(f"{LABEL}.pool={crashed_pool}")
     assert len(left) == 2 and set(left.values()) == {"running"}, left
 
-    with SandboxPool(SandboxConfig(docker_host=daemon.host, pool_size=1)) as pool:
+    with SandboxPool(SandboxConfig(docker_host=daemon.host, image=daemon.image, pool_size=1)) as pool:
         assert daemon.containers(f"{LABEL}.pool={crashed_pool}") == {}
         assert pool.verify(ADD, ADD.reference).status == "pass"
     assert daemon.containers(LABEL) == {}
