@@ -153,27 +153,26 @@ def test_daemon_killed_mid_verification_ends_pending_jobs_fast_and_leaves_nothin
 
         def kill_when_running() -> None:
             some_done.wait(120)
-            daemon.kill()
             killed_at.append(time.monotonic())
+            daemon.kill()
 
         killer = threading.Thread(target=kill_when_running)
         killer.start()
         verdicts = pool.verify_many(jobs, progress=progress)
         returned_at = time.monotonic()
         killer.join()
-        kill = killed_at[0]
 
         counts = Counter(v.status for v in verdicts)
-        assert counts["pass"] >= 10, counts
-        assert set(counts) <= {"pass", "infra_error"}, counts
-        assert returned_at - kill < 30, f"pending jobs took {returned_at - kill:.1f}s to end after the kill"
-        # the jobs that ended after the kill are the pending ones: all infra_error, with the reason
-        # (but for the pool_size in flight, whose verdict may have been read just before the kill)
-        late = [verdicts[i] for i, t in arrived.items() if t > kill]
-        infra = [v for v in late if v.status == "infra_error"]
-        assert len(late) >= 250 and len(late) - len(infra) <= config.pool_size, Counter(v.status for v in late)
-        assert all("unreachable" in v.log for v in infra[config.pool_size:]), infra[-1].log
-        assert daemon.host in infra[-1].log
+        assert counts["pass"] >= 10 and set(counts) <= {"pass", "infra_error"}, counts
+        assert returned_at - killed_at[0] < 30, f"pending jobs took {returned_at - killed_at[0]:.1f}s to end"
+        # In the order verdicts came: passes until the daemon died, then infra_error for every
+        # pending job (but for a pass of the pool_size in flight, read just before the death).
+        order = [verdicts[i] for i in arrived]
+        first = next(n for n, v in enumerate(order) if v.status == "infra_error")
+        after = order[first:]
+        infra = [v for v in after if v.status == "infra_error"]
+        assert len(infra) >= 100 and len(after) - len(infra) < config.pool_size, Counter(v.status for v in after)
+        assert all("unreachable" in v.log and daemon.host in v.log for v in infra[config.pool_size:]), infra[-1].log
         assert not pool.healthy()
 
         daemon.start()  # without live-restore, the restart stops every container it finds
