@@ -68,7 +68,8 @@ class RunServices(BaseModel):
         return Path(explicit) if explicit is not None else RunDir(self.run_dir).hcp_in_force(cycle, stage)
 
     def sandbox(self, hcp: HCP) -> SandboxConfig:
-        return sandbox_config(hcp.guarded, pool_size=self.settings.sandbox_pool_size)
+        return sandbox_config(hcp.guarded, pool_size=self.settings.sandbox_pool_size,
+                              docker_host=self.settings.docker_host)
 
     def require_engine(self) -> str:
         if self.engine_url is None:

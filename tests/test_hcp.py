@@ -9,6 +9,7 @@ exactly the way its id says.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonpatch
@@ -27,6 +28,7 @@ from mindforge.hcp import (
     read_json,
     schema_dir,
     validate_document,
+    without_editor_keys,
 )
 from mindforge.hcp.diff import changed_pointers, diff_documents
 from mindforge.hcp.patch import apply_patch, guarded_violations, served_adapter_patch
@@ -197,7 +199,45 @@ def test_canonical_json_and_hash() -> None:
     assert hcp_hash(a) != hcp_hash({**a, "b": 2})
     h = hcp_hash(DEFAULT)
     assert h.startswith("h-") and len(h) == 18 and set(h[2:]) <= set("0123456789abcdef")
-    assert json.loads(pretty_json(DEFAULT)) == json.loads(canonical_json(DEFAULT))
+    # pretty text keeps what editors read ($schema); the canonical one is the meaning only
+    assert json.loads(pretty_json(DEFAULT)) == {**json.loads(canonical_json(DEFAULT)), "$schema": DEFAULT["$schema"]}
+
+
+# --- $schema: for editors, not part of the meaning ---------------------------------
+
+
+def test_default_example_points_editors_at_the_schema_by_relative_path() -> None:
+    path = ROOT / "hcp" / "examples" / "default.hcp.json"
+    target = (path.parent / DEFAULT["$schema"]).resolve()
+    assert target == (schema_dir() / "hcp.schema.json").resolve()
+    schema = json.loads(target.read_text())
+    assert schema["$id"] == schema_validator().schema["$id"]
+    # editors resolve each $ref against the file they loaded: every one names a sibling file
+    refs = {m for f in schema_dir().glob("*.schema.json")
+            for m in re.findall(r'"\$ref":\s*"([^"#][^"]*)"', f.read_text())}
+    assert refs and all((schema_dir() / r.split("#")[0]).is_file() for r in refs), refs
+
+
+def test_schema_key_is_accepted_and_changes_no_version(tmp_path: Path) -> None:
+    bare = without_editor_keys(DEFAULT)
+    assert "$schema" not in bare and validate_document(bare) == []
+    for where in ("../schemas/hcp.schema.json", "https://mindforge.dev/schemas/hcp/1/hcp.schema.json"):
+        doc = {**bare, "$schema": where}
+        assert validate_document(doc) == []
+        assert hcp_hash(doc) == hcp_hash(bare) == hcp_hash(HCP.from_document(doc))
+        assert HCP.model_validate(doc) == HCP.from_document(bare)
+        assert diff_documents(bare, doc).paths == ()
+    file = tmp_path / "x.hcp.json"
+    file.write_text(pretty_json(DEFAULT))
+    assert load_hcp(file) == HCP.from_document(bare)
+    assert read_json(file)["$schema"] == DEFAULT["$schema"]
+
+
+@pytest.mark.parametrize("value", [None, "", 3, ["x"]])
+def test_malformed_schema_key_is_refused_by_schema_and_model(value: object) -> None:
+    doc = {**DEFAULT, "$schema": value}
+    assert [e.where for e in validate_document(doc)] == ["/$schema"]
+    assert pydantic_result(doc)[0] is False
 
 
 # --- patch ---------------------------------------------------------------------

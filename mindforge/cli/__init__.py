@@ -7,6 +7,8 @@ transformers, docker, prefect) are imported inside commands so that
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from mindforge.cli import cycle as cycle_cmd
@@ -23,6 +25,34 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version() -> str:
+    """The installed distribution's version; the package's own when run from a checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mindforge")
+    except PackageNotFoundError:
+        from mindforge import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"mindforge {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Recursive self-improvement cycles for Mixture-of-LoRA agent models."""
+
+
 app.add_typer(hcp.app, name="hcp")
 app.add_typer(tasks.app, name="tasks")
 app.add_typer(sandbox.app, name="sandbox")

@@ -27,3 +27,21 @@ def user_errors(exit_code: int = 2) -> Callable[[Callable[..., Any]], Callable[.
         return inner
 
     return wrap
+
+
+def choices(*allowed: str) -> dict[str, Any]:
+    """``typer.Option`` keywords that show ``allowed`` as the option's choices and refuse others.
+
+    The command still receives a plain ``str`` (or a list of them). A ``Literal``
+    annotation would make typer do this itself, but typer refuses it on
+    repeatable options, so every choice option uses this one way.
+    """
+
+    def check(value: Any) -> Any:
+        given = value if isinstance(value, (list, tuple)) else [value]
+        for v in given:
+            if v is not None and v not in allowed:
+                raise typer.BadParameter(f"{v!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+
+    return {"metavar": "<" + "|".join(allowed) + ">", "callback": check}

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 
 
 def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -120,11 +120,12 @@ def _print_human(results: list[Any]) -> None:
 @user_errors()
 def cycle(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Run directory (cycles/N/<stage>/ are written).")],
-    cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Cycles to run [default 1].")] = None,
+    cycles: Annotated[int | None, typer.Option("--cycles", min=1, help="Cycles to run.", show_default="1")] = None,
     first_cycle: Annotated[int | None, typer.Option(
-        "--first-cycle", min=1, help="Start here [default: the first unfinished cycle].")] = None,
+        "--first-cycle", min=1, help="Start here.", show_default="the first unfinished cycle")] = None,
     stage: Annotated[list[str] | None, typer.Option(
-        "--stage", help="Only these stages (repeatable); without discovery, seed tasks are used.")] = None,
+        "--stage", help="Only these stages (repeatable); without discovery, seed tasks are used.",
+        **choices("discovery", "expansion", "update"))] = None,
     params: Annotated[Path | None, typer.Option(
         "--params", help="JSON file of cycle parameters (the rsi-cycle flow's `params`).")] = None,
     set_: Annotated[list[str] | None, typer.Option(

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 
 
 def _print_human(result) -> None:
@@ -33,8 +33,8 @@ def discover(
     cycle: Annotated[int, typer.Option(help="Cycle number")] = 1,
     budget: Annotated[int, typer.Option(help="Candidates proposed and judged")] = 40,
     hcp: Annotated[Path | None, typer.Option("--hcp", help="HCP (default: the run's latest, else the default)")] = None,
-    family: Annotated[list[str] | None, typer.Option(help="Only these families (repeatable): L0 L1 L2 L3")] = None,
-    proposer: Annotated[list[str] | None, typer.Option(help="procedural, model (repeatable)")] = None,
+    family: Annotated[list[str] | None, typer.Option(help="Only these families (repeatable)", **choices("L0", "L1", "L2", "L3"))] = None,
+    proposer: Annotated[list[str] | None, typer.Option(help="Task proposers (repeatable)", **choices("procedural", "model"))] = None,
     band_low: Annotated[float, typer.Option(help="Lowest solve rate kept")] = 0.1,
     band_high: Annotated[float, typer.Option(help="Highest solve rate kept")] = 0.9,
     min_samples: Annotated[int, typer.Option(help="Attempts before the early stop")] = 4,

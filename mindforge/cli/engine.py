@@ -55,16 +55,16 @@ def watch_parent(interval_s: float = 1.0) -> None:
 @user_errors()
 def serve(
     model: Annotated[str | None, typer.Option(
-        "--model", help="Registry name or local model folder [default: settings.model].")] = None,
+        "--model", help="Registry name or local model folder.", show_default="settings.model")] = None,
     adapter: Annotated[list[str] | None, typer.Option(
         "--adapter", help="NAME=PATH of a peft LoRA folder; repeatable.")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Bind address [default: settings.host].")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Bind address.", show_default="settings.host")] = None,
     port: Annotated[int | None, typer.Option(
-        "--port", help="Port; 0 picks a free one [default: settings.engine_port].")] = None,
+        "--port", help="Port; 0 picks a free one.", show_default="settings.engine_port")] = None,
     port_file: Annotated[Path | None, typer.Option(
         "--port-file", help="Write the bound port here once listening.")] = None,
     device: Annotated[str | None, typer.Option(
-        "--device", help="torch device [default: cuda when available, else cpu].")] = None,
+        "--device", help="torch device.", show_default="cuda when available, else cpu")] = None,
     served_model_name: Annotated[str | None, typer.Option(
         "--served-model-name", help="Name of the base model in the API.")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most sequences decoded together.")] = 32,

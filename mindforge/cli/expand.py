@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 
 
 def _print_human(result) -> None:
@@ -58,11 +58,11 @@ def expand(
     tasks: Annotated[Path | None, typer.Option(help="Tasks (JSONL file/folder or parquet); default: Discovery's, else seeds")] = None,
     samples: Annotated[int, typer.Option(help="Samples per task")] = 1,
     max_tasks: Annotated[int | None, typer.Option(help="Use at most this many tasks (spread over families)")] = None,
-    family: Annotated[list[str] | None, typer.Option(help="Only these families (repeatable): L0 L1 L2 L3")] = None,
+    family: Annotated[list[str] | None, typer.Option(help="Only these families (repeatable)", **choices("L0", "L1", "L2", "L3"))] = None,
     patience: Annotated[int, typer.Option(help="Stop after this many evaluated candidates without acceptance")] = 4,
     max_rollouts: Annotated[int | None, typer.Option(help="Rollout budget")] = None,
     time_budget: Annotated[float | None, typer.Option(help="Seconds; checked between candidates")] = None,
-    proposer: Annotated[list[str] | None, typer.Option(help="reflect, numeric, structural (repeatable)")] = None,
+    proposer: Annotated[list[str] | None, typer.Option(help="Edit proposers (repeatable)", **choices("reflect", "numeric", "structural"))] = None,
     minibatch: Annotated[int, typer.Option(help="Validation tasks in the first stage")] = 4,
     seed: Annotated[int, typer.Option(help="Sampling and split seed")] = 0,
     patches: Annotated[Path | None, typer.Option(help='JSONL of {"patch": [...], "hypothesis": "..."}: '

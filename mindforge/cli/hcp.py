@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 from mindforge.errors import InputError
 
 app = typer.Typer(
@@ -134,7 +134,7 @@ def import_mol(
         ),
     ] = None,
     default_route: Annotated[
-        str, typer.Option(help="Route taken when the router's answer cannot be parsed.")
+        str, typer.Option(help="Route taken when the router's answer cannot be parsed.", **choices("L0", "L1", "L2", "L3"))
     ] = "L0",
 ) -> None:
     """Convert a MoL Harness profile folder into an HCP document."""

@@ -18,8 +18,8 @@ def _config(workers: int | None = None):
     from mindforge.sandbox import SandboxConfig
     from mindforge.settings import load_settings
 
-    size = workers or load_settings().sandbox_pool_size
-    return SandboxConfig(pool_size=size)
+    settings = load_settings()
+    return SandboxConfig(pool_size=workers or settings.sandbox_pool_size, docker_host=settings.docker_host)
 
 
 @app.command()
@@ -32,10 +32,15 @@ def build() -> None:
     print(tag)
 
 
-def _solutions(path: Path) -> dict[str, str]:
+def _solutions(path: Path) -> list[tuple[int, str, str]]:
+    """(line number, task id, solution) for every solution line, in file order.
+
+    A task may have many solutions (samples of a model, variants of a
+    reference): each line is its own job and gets its own verdict line.
+    """
     from mindforge.errors import InputError
 
-    out: dict[str, str] = {}
+    out: list[tuple[int, str, str]] = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -45,7 +50,7 @@ def _solutions(path: Path) -> dict[str, str]:
             raise InputError(str(path), str(lineno), f"not valid JSON: {exc}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("task_id"), str) or not isinstance(obj.get("solution"), str):
             raise InputError(str(path), str(lineno), 'expected {"task_id": str, "solution": str}')
-        out[obj["task_id"]] = obj["solution"]
+        out.append((lineno, obj["task_id"], obj["solution"]))
     return out
 
 
@@ -53,11 +58,19 @@ def _solutions(path: Path) -> dict[str, str]:
 @user_errors()
 def verify(
     tasks: Annotated[Path, typer.Argument(help="Task JSONL file or folder")],
-    solutions: Annotated[Path | None, typer.Option(help='JSONL of {"task_id", "solution"}')] = None,
-    workers: Annotated[int | None, typer.Option(help="Concurrent containers")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per task on stdout")] = False,
+    solutions: Annotated[Path | None, typer.Option(
+        help='JSONL of {"task_id", "solution"}; several lines may name one task, each is judged')] = None,
+    workers: Annotated[int | None, typer.Option(
+        help="Concurrent containers.", show_default="MINDFORGE_SANDBOX_POOL_SIZE or 2")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="One JSON line per verdict on stdout (with the solution's line number)")] = False,
 ) -> None:
-    """Verify reference solutions (or given ones) in the sandbox. Exit 1 when a reference fails."""
+    """Verify reference solutions (or given ones) in the sandbox.
+
+    Exit 1 when a reference fails; exit 3 when the sandbox could not judge
+    some solution (infra_error: the Docker daemon went away, a container
+    was killed from outside), with the reason on stderr.
+    """
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
@@ -69,27 +82,44 @@ def verify(
     task_list = load_tasks(tasks)
     given = _solutions(solutions) if solutions else None
     if given is not None:
-        unknown = sorted(set(given) - {t.id for t in task_list})
+        by_id = {t.id: t for t in task_list}
+        unknown = sorted({tid for _, tid, _ in given} - set(by_id))
         if unknown:
             raise InputError(str(solutions), "", f"unknown task ids: {', '.join(unknown[:5])}")
-        task_list = [t for t in task_list if t.id in given]
-    jobs = [(t, given[t.id] if given else t.reference) for t in task_list]
+        jobs = [(by_id[tid], solution) for _, tid, solution in given]
+        lines: list[int | None] = [lineno for lineno, _, _ in given]
+    else:
+        jobs = [(t, t.reference) for t in task_list]
+        lines = [None] * len(jobs)
     err = Console(stderr=True)
     with SandboxPool(_config(workers)) as pool, Progress(console=err, transient=True) as bar:
         tid = bar.add_task("verifying", total=len(jobs))
         verdicts = pool.verify_many(jobs, progress=lambda i, v: bar.advance(tid))
     counts: dict[str, int] = {}
-    for task, v in zip(task_list, verdicts):
+    for (task, _), lineno, v in zip(jobs, lines, verdicts, strict=True):
         counts[v.status] = counts.get(v.status, 0) + 1
         if as_json:
-            print(json.dumps({"task_id": task.id, "verdict": v.status.value,
-                              "tests": [t.model_dump(mode="json") for t in v.tests],
-                              "duration_s": round(v.duration_s, 3)}))
+            record = {"task_id": task.id, "verdict": v.status.value,
+                      "tests": [t.model_dump(mode="json") for t in v.tests],
+                      "duration_s": round(v.duration_s, 3)}
+            if lineno is not None:
+                record["line"] = lineno  # which solution line this verdict is for
+            if v.status == "infra_error":
+                record["reason"] = v.log
+            print(json.dumps(record))
     table = Table(title=f"{len(verdicts)} {'solutions' if given else 'references'} verified")
     for col in ("verdict", "count"):
         table.add_column(col)
     for k, n in sorted(counts.items()):
         table.add_row(k, str(n))
     err.print(table)
+    reasons: dict[str, int] = {}
+    for v in verdicts:
+        if v.status == "infra_error":
+            reasons[v.log] = reasons.get(v.log, 0) + 1
+    for reason, n in reasons.items():
+        err.print(f"infra_error x{n}: {reason}", markup=False, highlight=False)
+    if reasons:
+        raise typer.Exit(3)
     if given is None and counts.get("pass", 0) != len(verdicts):
         raise typer.Exit(1)

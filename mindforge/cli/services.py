@@ -11,9 +11,10 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 
-_ONLY_HELP = "Only these services (repeatable): prefect, engine, proxy."
+_ONLY_HELP = "Only these services (repeatable)."
+_ONLY = choices("prefect", "engine", "proxy")
 
 
 def _selected(only: list[str] | None) -> list[str]:
@@ -37,7 +38,7 @@ def _proxy_built() -> bool:
 
 @user_errors()
 def up(
-    only: Annotated[list[str] | None, typer.Option("--only", help=_ONLY_HELP)] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help=_ONLY_HELP, **_ONLY)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the services as one JSON list.")] = False,
 ) -> None:
     """Start (or reuse) the local Prefect server, the embedded engine and the proxy."""
@@ -73,7 +74,7 @@ def up(
 
 
 @user_errors()
-def down(only: Annotated[list[str] | None, typer.Option("--only", help=_ONLY_HELP)] = None) -> None:
+def down(only: Annotated[list[str] | None, typer.Option("--only", help=_ONLY_HELP, **_ONLY)] = None) -> None:
     """Stop the services `mindforge up` started (SIGTERM to each process group, then SIGKILL)."""
     from mindforge.services import ServiceManager
     from mindforge.settings import load_settings

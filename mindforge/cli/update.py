@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 
 
 @user_errors()
@@ -17,21 +17,24 @@ def update(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Run directory (created if missing).")],
     cycle: Annotated[int, typer.Option("--cycle", min=0, help="Cycle number.")] = 1,
     steps: Annotated[int, typer.Option("--steps", min=0, help="GRPO steps.")] = 2,
-    route: Annotated[str, typer.Option("--route", help="Route whose adapter is trained.")] = "L2",
+    route: Annotated[str, typer.Option("--route", help="Route whose adapter is trained.", **choices("L0", "L1", "L2", "L3"))] = "L2",
     hcp: Annotated[Path | None, typer.Option("--hcp", help="HCP file to start from.")] = None,
     group_size: Annotated[int, typer.Option("--group-size", min=2, help="Rollouts a task (G).")] = 4,
     batch_tasks: Annotated[int, typer.Option("--batch-tasks", min=1, help="Tasks a step.")] = 2,
     reward: Annotated[str | None, typer.Option(
-        "--reward", help="binary | pass_fraction (default: the HCP's verifier setting)")] = None,
+        "--reward", help="Rollout reward.", show_default="the HCP's verifier setting",
+        **choices("binary", "pass_fraction"))] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer cap in rollouts.")] = 192,
     validation_tasks: Annotated[int, typer.Option("--validation-tasks", min=1)] = 4,
     validation_samples: Annotated[int, typer.Option("--validation-samples", min=1)] = 2,
     max_difficulty: Annotated[int | None, typer.Option("--max-difficulty", min=1, max=3)] = None,
-    loss_type: Annotated[str | None, typer.Option("--loss-type", help="grpo | dr_grpo | dapo")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate.")] = None,
+    loss_type: Annotated[str | None, typer.Option(
+        "--loss-type", help="GRPO loss normalisation.", show_default="GRPOConfig's, dapo",
+        **choices("grpo", "dr_grpo", "dapo"))] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate.", show_default="GRPOConfig's, 1e-5")] = None,
     routing: Annotated[str, typer.Option(
         "--routing", help="pinned: the trained route answers every rollout (no route hop); "
-                          "routed: the router decides, as in production")] = "pinned",
+                          "routed: the router decides, as in production", **choices("pinned", "routed"))] = "pinned",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary object.")] = False,
 ) -> None:

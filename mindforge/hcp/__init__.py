@@ -6,13 +6,14 @@ Public API (import from here)::
     parse_hcp(doc, source) -> HCP          the same for a parsed document
     validate_document(doc, source) -> list[InputError]
     canonical_json(doc) -> str; pretty_json(doc) -> str; hcp_hash(doc) -> "h-<16 hex>"
+    without_editor_keys(doc) -> dict       the document less `$schema` (no part of its meaning)
     apply_patch(doc, ops, source) -> dict  RFC 6902, /guarded refused, result re-validated
     diff_documents(a, b, a_name, b_name) -> HCPDiff   changed pointers + unified diff
     served_adapter_patch(route, name) -> list[op]     the edit Update makes
     import_mol_profile(dir, model_name=, base_model=, template=, default_route=) -> dict
 """
 
-from mindforge.hcp.canonical import canonical_json, hcp_hash, pretty_json
+from mindforge.hcp.canonical import canonical_json, hcp_hash, pretty_json, without_editor_keys
 from mindforge.hcp.diff import HCPDiff, changed_pointers, diff_documents
 from mindforge.hcp.models import (
     FORMAT,
@@ -76,4 +77,5 @@ __all__ = [
     "served_adapter_patch",
     "under_guarded",
     "validate_document",
+    "without_editor_keys",
 ]

@@ -5,7 +5,9 @@ integral floats written as integers. The last rule makes ``1.0`` and ``1``
 the same version: a document and the dump of its pydantic model (which turns
 an ``int`` in a float field into ``1.0``) hash alike. The version of a
 document is ``"h-" + the first 16 hex digits of sha256(canonical JSON)``; it
-is what trajectories and tasks record as ``hcp_version``.
+is what trajectories and tasks record as ``hcp_version``. A top-level
+``$schema`` (where an editor finds the schema) is not part of the canonical
+form, so adding one to a file does not change its version.
 """
 
 from __future__ import annotations
@@ -33,13 +35,33 @@ def _normalize(obj: Any) -> Any:
     return obj
 
 
-def canonical_json(doc: Any) -> str:
-    """The canonical text of a document (or an ``HCP`` model)."""
-    return json.dumps(_normalize(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# Keys for editors, not part of what a document means: a ``$schema`` pointing an
+# editor at the schema changes neither the version nor the model.
+EDITOR_KEYS = ("$schema",)
+
+
+def without_editor_keys(doc: Any) -> Any:
+    """The document without its editor keys (the same object when it has none).
+
+    For writers that put a copy of a document elsewhere, where a relative
+    ``$schema`` would no longer point at the schema.
+    """
+    if isinstance(doc, dict) and any(k in doc for k in EDITOR_KEYS):
+        return {k: v for k, v in doc.items() if k not in EDITOR_KEYS}
+    return doc
+
+
+def canonical_json(doc: Any, editor_keys: bool = False) -> str:
+    """The canonical text of a document (or an ``HCP`` model), without its editor keys unless asked."""
+    content = doc if editor_keys else without_editor_keys(doc)
+    return json.dumps(_normalize(content), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def pretty_json(doc: Any) -> str:
-    """Canonical content, indented for people and diffs (ends with a newline)."""
+    """Canonical content, indented for people and diffs (ends with a newline).
+
+    Editor keys are kept: a file written from a document that had a ``$schema`` still has it.
+    """
     return json.dumps(_normalize(doc), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 

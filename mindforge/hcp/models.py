@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mindforge.hcp.canonical import canonical_json
+from mindforge.hcp.canonical import EDITOR_KEYS, canonical_json, without_editor_keys
 from mindforge.hcp.semantics import semantic_problems
 
 FORMAT = "mindforge.hcp/1"
@@ -226,6 +226,18 @@ class HCP(_Frozen):
             )
         return {r: v[r] for r in ROUTES}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _editor_keys(cls, data: Any) -> Any:
+        # `$schema` tells editors where the schema is; it is no part of the model (nor of
+        # the version hash), but a document carrying a malformed one is refused, as the schema does.
+        if isinstance(data, dict) and any(k in data for k in EDITOR_KEYS):
+            value = data["$schema"]
+            if not isinstance(value, str) or not value:
+                raise ValueError("$schema must be a non-empty string")
+            data = without_editor_keys(data)
+        return data
+
     @model_validator(mode="after")
     def _semantics(self) -> HCP:
         problems = semantic_problems(self.model_dump(mode="json"))
@@ -240,7 +252,7 @@ class HCP(_Frozen):
         Goes through canonical JSON so that strict mode sees JSON types
         (arrays, integral numbers) exactly as JSON Schema does.
         """
-        return cls.model_validate_json(canonical_json(doc))
+        return cls.model_validate_json(canonical_json(doc, editor_keys=True))
 
     # Convenience views for the harness, trainer and stages.
     def served_adapter(self, route: str) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mindforge.errors import InputError
+from mindforge.hcp.canonical import without_editor_keys
 from mindforge.hcp.models import PLACEHOLDERS, ROUTES
 from mindforge.hcp.validate import DocumentErrors, parse_hcp, read_json, schema_dir
 
@@ -230,6 +231,7 @@ def import_mol_profile(
     if errors:
         raise DocumentErrors(str(folder), errors)
     doc = copy.deepcopy(template if template is not None else read_json(default_template_path()))
+    doc = without_editor_keys(doc)  # the template's relative $schema would point nowhere from the output
     doc["name"] = (
         re.sub(r"[^A-Za-z0-9_-]", "-", values["MODEL_NAME"] or "mol")[:64].lstrip("-0123456789")
         or "mol"

@@ -16,6 +16,7 @@ from mindforge.hcp.models import Guarded
 class SandboxConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
+    docker_host: str | None = None  # e.g. unix:///run/docker.sock; None: DOCKER_HOST or the SDK default
     image: str | None = None  # None: the image built from sandboxes/ (tagged by its hash)
     base: str = "python:3.12-slim"  # used when present or pullable; else a debootstrapped Debian
     pool_size: int = Field(default=2, ge=1, le=64)
@@ -27,7 +28,9 @@ class SandboxConfig(BaseModel):
     job_timeout_s: float = 120.0  # wall clock for a whole job; the container is killed past it
     output_cap_bytes: int = 256 * 1024
     user: str = "10001:10001"
-    label: str = "mindforge.sandbox"
+    label: str = "mindforge.sandbox"  # on every container; the reaper finds leftovers by it
+    daemon_probe_s: float = 5.0  # how long a liveness probe of the daemon may take
+    daemon_recheck_s: float = 10.0  # while the daemon is down, jobs fail at once; it is re-probed this often
     reruns: int = Field(default=0, ge=0, le=10)  # a job judged this many extra times (flaky tests)
 
 

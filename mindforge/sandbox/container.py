@@ -20,19 +20,45 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from mindforge.sandbox.config import SandboxConfig
 
 RUNNER = "/opt/mindforge/runner.py"
 
 
-def docker_client(timeout: int = 120):
+def docker_client(host: str | None = None, timeout: float = 120):
+    """A client of the daemon at ``host`` (None: DOCKER_HOST or the SDK's default socket)."""
     import docker
 
+    if host:
+        return docker.DockerClient(base_url=host, timeout=timeout)
     return docker.from_env(timeout=timeout)
 
 
-def start_container(client, image: str, config: SandboxConfig):
+def probe(host: str | None, timeout_s: float) -> str | None:
+    """None when the daemon answers a ping within ``timeout_s``; else why not, in words."""
+    try:
+        docker_client(host, timeout=timeout_s).ping()
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, socket gone: all mean unreachable
+        return f"Docker daemon at {host or 'the default socket'} unreachable: {type(exc).__name__}: {exc}"
+    return None
+
+
+def owner_labels(label: str, pool_id: str) -> dict[str, str]:
+    """Labels naming who started a container, so the reaper can tell whether it still has an owner.
+
+    A pid alone is not enough: after a crash the pid may be reused (hence the
+    process's start time), the daemon may serve several machines (hence the
+    host), and a process may close a pool while the daemon is down and open
+    another (hence the pool id).
+    """
+    pid = os.getpid()
+    return {label: "1", f"{label}.owner": str(pid), f"{label}.owner_start": _start_time(pid),
+            f"{label}.host": socket.gethostname(), f"{label}.pool": pool_id}
+
+
+def start_container(client, image: str, config: SandboxConfig, labels: dict[str, str]):
     uid, gid = config.user.split(":")
     return client.containers.run(
         image,
@@ -51,7 +77,7 @@ def start_container(client, image: str, config: SandboxConfig):
         security_opt=["no-new-privileges"],
         cap_drop=["ALL"],
         user=config.user,
-        labels={config.label: "1", f"{config.label}.owner": str(os.getpid())},
+        labels=labels,
         shm_size="16m",
     )
 
@@ -257,16 +283,44 @@ def remove(container) -> None:
         pass
 
 
-def reap_stale(client, label: str) -> int:
-    """Remove containers left by MindForge processes that no longer run."""
+def reap_stale(client, label: str, live_pools: set[str]) -> int:
+    """Remove containers that no pool will use again; ``live_pools``: this process's open pools."""
     n = 0
     for c in client.containers.list(all=True, filters={"label": label}):
-        owner = c.labels.get(f"{label}.owner", "")
-        alive = owner.isdigit() and _alive(int(owner)) and int(owner) != 0
-        if not alive:
+        if is_stale(c.labels, c.status, label, live_pools):
             remove(c)
             n += 1
     return n
+
+
+def is_stale(labels: dict[str, str], status: str, label: str, live_pools: set[str]) -> bool:
+    # A stopped container serves nobody: pools never restart one (a daemon restart stops them all).
+    if status in ("exited", "dead"):
+        return True
+    host = labels.get(f"{label}.host")
+    if host and host != socket.gethostname():
+        return False  # a process on another machine; from here we cannot tell whether it runs
+    owner = labels.get(f"{label}.owner", "")
+    if not owner.isdigit() or int(owner) == 0:
+        return True
+    pid = int(owner)
+    if pid == os.getpid():
+        return labels.get(f"{label}.pool") not in live_pools  # a pool of ours that closed while the daemon was away
+    if not _alive(pid):
+        return True
+    started = labels.get(f"{label}.owner_start")
+    return bool(started) and started != _start_time(pid)  # the pid now belongs to another process
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux); '' where /proc has none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
+    # Field 22; the command name (field 2) may contain spaces and parentheses, so count from its end.
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else ""
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ configuration, never hard-coded) and imported with ``docker import``.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -49,12 +50,17 @@ def image_tag(config: SandboxConfig) -> str:
     return config.image or f"{IMAGE_REPO}:{tree_hash(sandbox_dir())}"
 
 
-def _docker(*args: str, timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kw)
+def _env(host: str | None) -> dict[str, str] | None:
+    """The environment that points the docker CLI at ``host`` (None: the CLI's own default)."""
+    return {**os.environ, "DOCKER_HOST": host} if host else None
 
 
-def image_exists(tag: str) -> bool:
-    return _docker("image", "inspect", tag).returncode == 0
+def _docker(*args: str, host: str | None = None, timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, env=_env(host), **kw)
+
+
+def image_exists(tag: str, host: str | None = None) -> bool:
+    return _docker("image", "inspect", tag, host=host).returncode == 0
 
 
 def apt_source() -> tuple[str, str]:
@@ -79,11 +85,11 @@ def apt_source() -> tuple[str, str]:
     raise ImageError("no Debian source found in /etc/apt/sources.list{,.d}; cannot debootstrap a base")
 
 
-def debian_base(log=print) -> str:
+def debian_base(log=print, host: str | None = None) -> str:
     """A debootstrapped Debian base with python3, imported into Docker once."""
     mirror, suite = apt_source()
     tag = f"{BASE_REPO}:{suite}-{hashlib.sha256(f'{mirror}|{suite}|{BASE_PACKAGES}'.encode()).hexdigest()[:8]}"
-    if image_exists(tag):
+    if image_exists(tag, host):
         return tag
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is not installed (Debian: apt-get install debootstrap)")
@@ -97,7 +103,8 @@ def debian_base(log=print) -> str:
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, text=True)
+        imp = subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, text=True,
+                             env=_env(host))
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
             raise ImageError(f"docker import failed: {imp.stderr[-2000:]}")
@@ -105,27 +112,28 @@ def debian_base(log=print) -> str:
 
 
 def resolve_base(config: SandboxConfig, log=print) -> str:
-    if image_exists(config.base):
+    if image_exists(config.base, config.docker_host):
         return config.base
     try:
-        if _docker("pull", config.base, timeout=60).returncode == 0:
+        if _docker("pull", config.base, host=config.docker_host, timeout=60).returncode == 0:
             return config.base
     except subprocess.TimeoutExpired:
         pass
     log(f"{config.base} cannot be pulled here; building a Debian base from the host's apt sources")
-    return debian_base(log)
+    return debian_base(log, config.docker_host)
 
 
 def ensure_image(config: SandboxConfig, log=print) -> str:
     """The sandbox image's tag; built first when missing."""
     tag = image_tag(config)
-    if image_exists(tag):
+    if image_exists(tag, config.docker_host):
         return tag
     if config.image:
         raise ImageError(f"configured sandbox image {tag} is missing")
     base = resolve_base(config, log)
     log(f"building {tag} FROM {base}")
-    run = _docker("build", "--build-arg", f"BASE={base}", "--label", f"{config.label}.image=1", "-t", tag, str(sandbox_dir()))
+    run = _docker("build", "--build-arg", f"BASE={base}", "--label", f"{config.label}.image=1", "-t", tag,
+                  str(sandbox_dir()), host=config.docker_host)
     if run.returncode != 0:
         raise ImageError(f"docker build failed:\n{run.stdout[-3000:]}\n{run.stderr[-2000:]}")
     return tag
