@@ -50,7 +50,7 @@ def test_choices_are_the_library_ones_and_others_are_refused():
     from mindforge.store import STAGES
     from mindforge.tasks.models import ROUTES
     from mindforge.update.loss import LOSS_TYPES
-    from mindforge.update.rollouts import HCP_REWARDS
+    from mindforge.rollouts import HCP_REWARDS
 
     expected = {
         (("cycle",), "--stage"): STAGES,
