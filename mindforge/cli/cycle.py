@@ -20,9 +20,9 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
     for item in items:
         name, sep, raw = item.partition("=")
         stage, dot, field = name.partition(".")
-        if not sep or not dot or stage not in ("discovery", "expansion", "update") or not field:
+        if not sep or not dot or stage not in ("discovery", "expansion", "update", "eval") or not field:
             raise InputError("mindforge cycle", f"--set {item}", "expected STAGE.FIELD=VALUE with STAGE one of "
-                                                                  "discovery, expansion, update")
+                                                                  "discovery, expansion, update, eval")
         try:
             value = json.loads(raw)
         except ValueError:
@@ -125,7 +125,7 @@ def cycle(
         "--first-cycle", min=1, help="Start here.", show_default="the first unfinished cycle")] = None,
     stage: Annotated[list[str] | None, typer.Option(
         "--stage", help="Only these stages (repeatable); without discovery, seed tasks are used.",
-        **choices("discovery", "expansion", "update"))] = None,
+        **choices("discovery", "expansion", "update", "eval"))] = None,
     params: Annotated[Path | None, typer.Option(
         "--params", help="JSON file of cycle parameters (the rsi-cycle flow's `params`).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
