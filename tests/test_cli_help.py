@@ -85,4 +85,4 @@ def test_defaults_are_shown():
                                                    "PYTHONPATH": str(REPO)}, check=False)
     assert run.returncode == 0, run.stderr
     assert "Cycles to run. [default: (1)]" in run.stdout
-    assert "<discovery|expansion|update>" in run.stdout
+    assert "<discovery|expansion|update|eval>" in run.stdout
