@@ -37,6 +37,7 @@ from mindforge.catalog import AdapterCatalog, copy_adapter
 from mindforge.engine.admin import EngineAdmin
 from mindforge.errors import MindForgeError
 from mindforge.hcp import HCP, load_hcp
+from mindforge.runlock import describe, run_lock
 from mindforge.sandbox.config import SandboxConfig, sandbox_config
 from mindforge.services import healthy
 from mindforge.settings import Settings
@@ -171,7 +172,21 @@ def prepare_catalog(settings: Settings, root: Path, doc: dict[str, Any],
 def open_run_services(settings: Settings, run_dir: Path, cycle: int, stage: str = "discovery", *,
                       hcp: Path | None = None, engine: bool = True,
                       log: Callable[[str], None] = lambda m: None) -> Iterator[RunServices]:
-    """The run's services at ``stage`` of ``cycle`` (see the module doc); what it started it stops."""
+    """The run's services at ``stage`` of ``cycle`` (see the module doc); what it started it stops.
+
+    The run directory is locked for the block (``mindforge.runlock``): a second writer is refused
+    with the holder named, and a lock whose holder died is taken over.
+    """
+    with run_lock(run_dir) as lock:
+        if lock.took_over:
+            log(f"took over the lock of a writer that died: {describe(lock.took_over)}")
+        with _open(settings, run_dir, cycle, stage, hcp=hcp, engine=engine, log=log) as services:
+            yield services
+
+
+@contextmanager
+def _open(settings: Settings, run_dir: Path, cycle: int, stage: str, *, hcp: Path | None, engine: bool,
+          log: Callable[[str], None]) -> Iterator[RunServices]:
     if not engine:  # nothing to prepare: no model is resolved and no adapter made
         yield RunServices(run_dir=Path(run_dir), settings=settings, model_path=None, engine_url=None)
         return

@@ -86,3 +86,18 @@ def test_a_record_left_without_a_lock_is_taken_over(tmp_path):
     (tmp_path / ".lock").write_text(json.dumps(dead))
     with run_lock(tmp_path) as lock:
         assert lock.took_over == dead
+
+
+def test_every_writer_of_a_run_holds_its_lock_through_the_run_services(tmp_path):
+    """Stages, the eval and the cycle all open the run's services: a second writer is refused there."""
+    from mindforge.run_services import open_run_services
+    from mindforge.runlock import RunLocked
+    from mindforge.settings import Settings
+
+    settings = Settings(cache_dir=tmp_path / "cache")
+    with open_run_services(settings, tmp_path / "run", 1, engine=False):
+        with pytest.raises(RunLocked, match=f"pid {os.getpid()}"):
+            with open_run_services(settings, tmp_path / "run", 1, engine=False):
+                pass
+    with open_run_services(settings, tmp_path / "run", 2, engine=False):  # released at the end of the block
+        pass
