@@ -53,6 +53,15 @@ class Browser:
                     raise RuntimeError(f"{method}: {msg['error']}")
                 return msg.get("result", {})
 
+    def evaluate(self, expression: str) -> object:
+        got = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return got.get("result", {}).get("value")
+
+    def screenshot(self, path: Path) -> None:
+        import base64
+
+        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+
     def text(self) -> str:
         got = self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
                         returnByValue=True)

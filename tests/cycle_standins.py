@@ -78,7 +78,7 @@ def update(config: Any) -> dict[str, Any]:
     return result
 
 
-RUNNERS = {"discovery": discovery, "expansion": expansion, "update": update}
+RUNNERS = {"discovery": discovery, "expansion": expansion, "update": update, "eval": lambda c: eval_full(c)}
 
 
 class DiscoveryConfig:
@@ -169,3 +169,29 @@ def update_full(config: Any) -> dict[str, Any]:
     data = result.model_dump(mode="json")
     RunDir(config.run_dir).mark_done(config.cycle, "update", data)
     return data
+
+
+def eval_full(config: Any) -> dict[str, Any]:
+    """The real eval stage around a stand-in solver: a cycle passes one more seed task than the one before."""
+    from mindforge.eval import run_eval
+    from mindforge.eval.stage import EvalServices
+    from mindforge.tasks.models import Hop, Trajectory, Verdict, VerdictStatus
+
+    record(config.run_dir, "eval", config.cycle)
+    tasks = [t for t in load_tasks(REPO / "seed_tasks") if t.output_kind == "function"][:8]
+    passing = {t.id for t in tasks[: 2 + config.cycle]}
+
+    class Solver:
+        def groups(self, hcp: Any, chunk: Any, samples: int, seed: int, **kw: Any) -> list[list[Any]]:
+            out = []
+            for t in chunk:
+                status = VerdictStatus.PASS if t.id in passing else VerdictStatus.FAIL
+                hop = Hop(kind="answer", route="L2" if config.cycle else "L0", adapter="a", prompt_ids=(1,),
+                          completion_ids=(2, 3), logprobs=(-0.1, -0.2), finish_reason="stop")
+                out.append([Trajectory(task_id=t.id, hcp_version="h", route=hop.route, hops=(hop,),
+                                       verdict=Verdict(task_id=t.id, status=status, tests=()))])
+            return out
+
+    hcp = load_hcp(RunDir(config.run_dir).hcp_in_force(config.cycle, "eval"))
+    services = EvalServices(tasks=tasks, bench_sha="stand-in", hcp=hcp, solver=Solver())
+    return run_eval(config, services).model_dump(mode="json")

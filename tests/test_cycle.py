@@ -24,8 +24,10 @@ from mindforge.store import RunDir
 
 def test_one_cycle_runs_the_stages_in_order_and_hands_the_hcp_on(tmp_path: Path) -> None:
     result = run_cycle(CycleConfig(run_dir=tmp_path), 1, RUNNERS, builders=BUILDERS)
-    assert [c["stage"] for c in standins.calls(tmp_path)] == ["discovery", "expansion", "update"]
-    assert {k: v.status for k, v in result.stages.items()} == dict.fromkeys(("discovery", "expansion", "update"), "ran")
+    assert [c["stage"] for c in standins.calls(tmp_path)] == ["discovery", "expansion", "update", "eval"]
+    assert {k: v.status for k, v in result.stages.items()} == dict.fromkeys(
+        ("discovery", "expansion", "update", "eval"), "ran")
+    assert result.eval["pass@1"] == 3 / 8 and result.eval["vs_previous"] is None  # no baseline in this run
     # Update starts from the HCP Expansion chose in the same cycle.
     update_call = standins.calls(tmp_path)[2]
     assert update_call["hcp"] == result.stages["expansion"].result["best_hcp_path"]
@@ -42,6 +44,14 @@ def test_one_cycle_runs_the_stages_in_order_and_hands_the_hcp_on(tmp_path: Path)
 def test_the_next_cycle_starts_from_what_the_last_one_left(tmp_path: Path) -> None:
     results = run_cycles(CycleConfig(run_dir=tmp_path, cycles=2), RUNNERS, builders=BUILDERS)
     assert [r.cycle for r in results] == [1, 2]
+    # The cycle-0 baseline is scored once, first; each cycle is paired with it and with the one before.
+    assert [(c["stage"], c["cycle"]) for c in standins.calls(tmp_path)][0] == ("eval", 0)
+    assert results[1].eval["vs_previous"]["gained"] == 1 and results[1].eval["vs_cycle0"]["gained"] == 2
+    from mindforge.cycle.status import run_status
+
+    status = run_status(tmp_path)
+    assert [c["cycle"] for c in status["cycles"]] == [0, 1, 2] and status["cycles"][0]["baseline"]
+    assert status["cycles"][2]["eval"]["vs_cycle0"]["diff"] == 2 / 8
     second_expansion = [c for c in standins.calls(tmp_path) if c["stage"] == "expansion"][1]
     assert second_expansion["start"] == results[0].stages["update"].result["hcp_path"]
     assert results[1].hcp_start == results[0].hcp_after
@@ -64,7 +74,7 @@ def test_a_failed_stage_is_where_the_rerun_starts(tmp_path: Path) -> None:
     assert RunDir(tmp_path).is_done(1, "discovery") and not RunDir(tmp_path).is_done(1, "expansion")
     assert not (tmp_path / "cycles/1/summary.json").exists()
     result = run_cycle(CycleConfig(run_dir=tmp_path), 1, RUNNERS, builders=BUILDERS)
-    assert [c["stage"] for c in standins.calls(tmp_path)] == ["discovery", "expansion", "update"]
+    assert [c["stage"] for c in standins.calls(tmp_path)] == ["discovery", "expansion", "update", "eval"]
     assert result.stages["discovery"].status == "resumed"
     assert result.stages["expansion"].status == "ran"
     assert result.tasks_accepted == 3  # the resumed stage's stored result still feeds the summary
@@ -122,6 +132,6 @@ def test_killing_a_cycle_during_expansion_and_rerunning_resumes_there(tmp_path: 
     result = run_cycle(CycleConfig(run_dir=run_dir), 1, RUNNERS, builders=BUILDERS)
     stages = [(c["stage"], c["pid"] == os.getpid()) for c in standins.calls(run_dir)]
     # Discovery ran once, in the killed process; Expansion starts over here, then Update.
-    assert stages == [("discovery", False), ("expansion", False), ("expansion", True), ("update", True)]
+    assert stages == [("discovery", False), ("expansion", False), ("expansion", True), ("update", True), ("eval", True)]
     assert result.stages["discovery"].status == "resumed"
     assert result.stages["expansion"].status == "ran" and result.stages["update"].status == "ran"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def stand_in_stages(monkeypatch):
     """The real flows around stand-in stage functions; no engine, no model, no image."""
     monkeypatch.setattr(runtime, "expansion_runner", lambda run, log: standins.expansion_full)
     monkeypatch.setattr(runtime, "update_runner", lambda run, progress=None: standins.update_full)
+    monkeypatch.setattr(runtime, "eval_runner", lambda run, log: standins.eval_full)
     monkeypatch.setattr(rsi, "prepare", lambda settings: None)
 
     @contextmanager
@@ -79,6 +81,24 @@ def test_the_cycle_flow_runs_stage_subflows_and_publishes(harness, stand_in_stag
     assert first["trajectory"] in page.data and "## Hop 1: answer on L2" in page.data and "def add" in page.data
 
 
+def test_every_cycle_ends_with_the_eval_and_the_ui_gets_its_efficacy(harness, stand_in_stages,
+                                                                     tmp_path: Path) -> None:
+    params = CycleConfig(run_dir=tmp_path, cycles=2, stages=("expansion", "update", "eval"))
+    facts = rsi.rsi_cycle(params)
+    assert [f["eval"]["pass@1"] for f in facts] == [3 / 8, 4 / 8]
+    assert facts[1]["eval"]["vs_cycle0"]["gained"] == 2 and facts[1]["eval"]["vs_previous"]["gained"] == 1
+    keys = ["cycle-0-efficacy", "cycle-2-efficacy", "cycle-2-efficacy-chart", "cycle-2-eval-summary", "cycle-2-summary"]
+    found = artifacts_by_key(keys)
+    assert set(found) == set(keys)
+    table = found["cycle-2-efficacy"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert [r["cycle"] for r in rows] == [0, 1, 2] and rows[2]["pass@1"] == 0.5
+    assert "L2 tasks: 100% to L2" in rows[2]["routing"] and "0% to L2" in rows[0]["routing"]
+    assert found["cycle-2-efficacy-chart"].type == "image"
+    assert found["cycle-2-efficacy-chart"].data.startswith("data:image/svg+xml;base64,")
+    assert "pass@1 0.500" in found["cycle-2-summary"].data and "vs cycle 0 +0.250" in found["cycle-2-summary"].data
+
+
 def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stages, tmp_path: Path) -> None:
     calls = []
 
@@ -97,7 +117,7 @@ def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stag
     assert calls == [1]
     expansions = [c for c in standins.calls(tmp_path) if c["stage"] == "expansion"]
     facts = rsi.rsi_cycle(params)
-    assert facts[0]["stages"] == {"discovery": "skipped", "expansion": "resumed", "update": "ran"}
+    assert facts[0]["stages"] == {"discovery": "skipped", "expansion": "resumed", "update": "ran", "eval": "skipped"}
     assert [c for c in standins.calls(tmp_path) if c["stage"] == "expansion"] == expansions
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,36 @@ def artifact(api_url: str, key: str) -> dict:
     found.raise_for_status()
     assert found.json(), f"no artifact {key}"
     return found.json()[0]
+
+
+_CHART_SHOWN = """(() => {
+  const img = [...document.images].find(i => i.src.startsWith("data:image/svg+xml"));
+  return img ? {complete: img.complete, width: img.naturalWidth, height: img.naturalHeight} : null;
+})()"""
+
+
+def check_efficacy(api_url: str, cycle: int, shot: Path | None = None) -> None:
+    """The efficacy table lists every cycle; the pass@1 chart is an image the UI loads and draws."""
+    ui = api_url.removesuffix("/api")
+    browser = Browser()
+    try:
+        table = artifact(api_url, f"cycle-{cycle}-efficacy")
+        rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
+        text = browser.open(f"{ui}/artifacts/artifact/{table['id']}", ["vs cycle 0", "routing"])
+        assert "vs cycle 0" in text and str(rows[-1]["pass@1"]) in text, text[:2000]
+        chart = artifact(api_url, f"cycle-{cycle}-efficacy-chart")
+        browser.open(f"{ui}/artifacts/artifact/{chart['id']}", [])
+        deadline, shown = time.monotonic() + 60, None
+        while time.monotonic() < deadline:
+            shown = browser.evaluate(_CHART_SHOWN)
+            if shown and shown["complete"] and shown["width"] > 0:
+                break
+            time.sleep(0.5)
+        assert shown and shown["width"] == 560 and shown["height"] == 300, shown
+        if shot is not None:
+            browser.screenshot(shot)
+    finally:
+        browser.close()
 
 
 def check_ui(api_url: str, diff_words: list[str]) -> None:
@@ -78,13 +109,14 @@ import flows.rsi_cycle as rsi
 from mindforge.cycle import CycleConfig, runtime
 runtime.expansion_runner = lambda run, log: s.expansion_full
 runtime.update_runner = lambda run, progress=None: s.update_full
+runtime.eval_runner = lambda run, log: s.eval_full
 rsi.prepare = lambda settings: None
 from mindforge.run_services import RunServices
 @contextmanager
 def no_engine(settings, run_dir, cycle, stage="discovery", **kw):
     yield RunServices(run_dir=run_dir, settings=settings, model_path=None, engine_url="http://127.0.0.1:9")
 rsi.open_run_services = no_engine
-rsi.rsi_cycle(CycleConfig(run_dir=Path({run!r}), stages=("expansion", "update")))
+rsi.rsi_cycle(CycleConfig(run_dir=Path({run!r}), stages=("expansion", "update", "eval")))
 """
 
 
@@ -98,5 +130,6 @@ def test_the_flows_artifacts_read_well_in_the_ui(tmp_path: Path) -> None:
                               text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
         check_ui(stack.api_url, ["Cycle 1: check edge cases.", "/agents_md"])
+        check_efficacy(stack.api_url, 1, shot=tmp_path / "efficacy-chart.png")
     finally:
         stack.stop()
