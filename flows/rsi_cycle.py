@@ -96,7 +96,11 @@ def cycle_flow(params: CycleConfig, cycle: int, run: RunServices) -> dict[str, A
     return result.model_dump(mode="json")
 
 
-@flow(name="rsi-cycle", log_prints=True, persist_result=True)
+# A failed run is retried once: every finished stage left its DONE.json, so the retry resumes at the
+# stage that failed (a bad parameter fails the retry again, at once, before anything slow starts).
+# The timeout bounds a nightly run that hangs (an engine that stopped answering mid-request).
+@flow(name="rsi-cycle", log_prints=True, persist_result=True, retries=1, retry_delay_seconds=30,
+      timeout_seconds=8 * 3600)
 def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
     """Run ``params.cycles`` RSI cycles, each from the HCP, adapters and task archive the last one left."""
     from mindforge.settings import load_settings

@@ -77,6 +77,9 @@ def test_prefect_yaml_declares_the_deployments(deployments) -> None:
     crons = [s["schedule"].get("cron") for s in scheduled["schedules"]]
     assert crons == ["0 3 * * *"] and scheduled["schedules"][0]["active"]
     assert not names["rsi-cycle/embedded"]["schedules"]
+    for name in ("rsi-cycle/embedded", "rsi-cycle/scheduled"):  # one run of a deployment at a time
+        limit = names[name].get("global_concurrency_limit") or {}
+        assert names[name].get("concurrency_limit") == 1 or limit.get("limit") == 1, names[name]
     schema = names["rsi-cycle/embedded"]["parameter_openapi_schema"]
     assert "params" in schema["properties"]
     assert names["rsi-cycle/embedded"]["parameters"]["params"]["run_dir"] == "runs/embedded"

@@ -44,7 +44,7 @@ def artifacts_by_key(keys: list[str]) -> dict[str, object]:
 
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
-    return {a.key: a for a in found}
+    return {a.key: a for a in sorted(found, key=lambda a: a.created)}  # the newest of a key wins
 
 
 def test_the_cycle_flow_runs_stage_subflows_and_publishes(harness, stand_in_stages, tmp_path: Path) -> None:
@@ -99,6 +99,27 @@ def test_every_cycle_ends_with_the_eval_and_the_ui_gets_its_efficacy(harness, st
     assert "pass@1 0.500" in found["cycle-2-summary"].data and "vs cycle 0 +0.250" in found["cycle-2-summary"].data
 
 
+def test_a_retried_flow_run_resumes_at_the_stage_that_failed(harness, stand_in_stages, tmp_path: Path) -> None:
+    attempts = []
+
+    def update_once_broken(config):
+        attempts.append(config.cycle)
+        if len(attempts) == 1:
+            raise RuntimeError("trainer crashed")
+        return standins.update_full(config)
+
+    original = runtime.update_runner
+    runtime.update_runner = lambda run, progress=None: update_once_broken
+    try:
+        flow = rsi.rsi_cycle.with_options(retries=1, retry_delay_seconds=0)
+        facts = flow(CycleConfig(run_dir=tmp_path, stages=("expansion", "update")))
+    finally:
+        runtime.update_runner = original
+    assert attempts == [1, 1] and rsi.rsi_cycle.retries == 1
+    assert facts[0]["stages"] == {"discovery": "skipped", "expansion": "resumed", "update": "ran", "eval": "skipped"}
+    assert len([c for c in standins.calls(tmp_path) if c["stage"] == "expansion"]) == 1
+
+
 def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stages, tmp_path: Path) -> None:
     calls = []
 
@@ -111,7 +132,7 @@ def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stag
     runtime.update_runner = lambda run, progress=None: broken_update
     try:
         with pytest.raises(RuntimeError, match="trainer crashed"):
-            rsi.rsi_cycle(params)
+            rsi.rsi_cycle.with_options(retries=0)(params)
     finally:
         runtime.update_runner = original
     assert calls == [1]
