@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mindforge.errors import MindForgeError
+from mindforge.procs import pid_alive
 from mindforge.store import RunDir
 
 LOCK_NAME = ".lock"
@@ -56,7 +57,7 @@ def describe(holder: dict[str, Any] | None) -> str:
         return "held by a process that has not written its record yet"
     pid, host = holder.get("pid"), holder.get("host", "?")
     text = f"held by pid {pid} on {host} since {holder.get('started', '?')} ({holder.get('command', '?')})"
-    if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
+    if host == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid):
         # flock is held by an open file, not a pid: a child the holder forked keeps it.
         text += "; that pid is gone, so a process it started still holds the lock"
     return text
@@ -162,13 +163,3 @@ def _wait_for_record(path: Path, wait_s: float = 1.0) -> dict[str, Any] | None:
         if holder is not None or time.monotonic() >= deadline:
             return holder
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

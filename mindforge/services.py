@@ -24,6 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from mindforge.errors import MindForgeError
+from mindforge.procs import pid_alive
 
 
 class ServiceError(MindForgeError):
@@ -67,20 +68,10 @@ def stop_process_group(pid: int, timeout: float = 20.0) -> None:
             try:
                 done, _ = os.waitpid(pid, os.WNOHANG)  # reaps it when it is our child
             except ChildProcessError:
-                done = 0 if _pid_alive(pid) else pid
-            if done or not _pid_alive(pid):
+                done = 0 if pid_alive(pid) else pid
+            if done or not pid_alive(pid):
                 return
             time.sleep(0.2)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ServiceManager:
@@ -100,7 +91,7 @@ class ServiceManager:
             pid = int(self.pidfile(name).read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        return pid if _pid_alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def status(self, spec: ServiceSpec) -> ServiceStatus:
         return ServiceStatus(
@@ -148,7 +139,7 @@ class ServiceManager:
         while time.monotonic() < deadline:
             if healthy(spec.health_url):
                 return True
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return False
             time.sleep(0.5)
         return False

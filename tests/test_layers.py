@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 LAYERS = {
     "core": ("mindforge.hcp", "mindforge.tasks", "mindforge.store", "mindforge.settings", "mindforge.errors",
-             "mindforge.paths", "mindforge.runlock"),
+             "mindforge.paths", "mindforge.runlock", "mindforge.procs"),
     "services": ("mindforge.sandbox", "mindforge.engine", "mindforge.harness", "mindforge.rollouts",
                  "mindforge.catalog", "mindforge.run_services", "mindforge.services"),
     "stages": ("mindforge.discovery", "mindforge.expansion", "mindforge.update", "mindforge.eval"),

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mindforge.procs import pid_alive
 from mindforge.sandbox.config import SandboxConfig
 
 RUNNER = "/opt/mindforge/runner.py"
@@ -306,7 +307,7 @@ def is_stale(labels: dict[str, str], status: str, label: str, live_pools: set[st
     pid = int(owner)
     if pid == os.getpid():
         return labels.get(f"{label}.pool") not in live_pools  # a pool of ours that closed while the daemon was away
-    if not _alive(pid):
+    if not pid_alive(pid):
         return True
     started = labels.get(f"{label}.owner_start")
     return bool(started) and started != _start_time(pid)  # the pid now belongs to another process
@@ -321,13 +322,3 @@ def _start_time(pid: int) -> str:
     # Field 22; the command name (field 2) may contain spaces and parentheses, so count from its end.
     fields = stat[stat.rfind(")") + 2:].split()
     return fields[19] if len(fields) > 19 else ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
