@@ -13,51 +13,42 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mindforge.cycle.core import StageRunner
+from mindforge.discovery import runtime as discovery_rt
+from mindforge.discovery.stage import run_discovery
+from mindforge.eval import runtime as eval_rt
+from mindforge.eval.stage import run_eval
+from mindforge.expansion import runtime as expansion_rt
+from mindforge.expansion.stage import run_expansion
 from mindforge.run_services import RunServices
+from mindforge.update import runtime as update_rt
+from mindforge.update.stage import run_update
+
+
+def _runner(open_services: Callable[..., Any], run_stage: Callable[[Any, Any], Any], run: RunServices,
+            **options: Any) -> StageRunner:
+    """config -> the stage's result as JSON, its live services opened for the call and closed after."""
+
+    def go(config: Any) -> Mapping[str, Any]:
+        with open_services(run, config, **options) as services:
+            return as_json(run_stage(config, services))
+
+    return go
 
 
 def discovery_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    def go(config: Any) -> Mapping[str, Any]:
-        from mindforge.discovery.runtime import open_services
-        from mindforge.discovery.stage import run_discovery
-
-        with open_services(run, config, log=log) as services:
-            return as_json(run_discovery(config, services))
-
-    return go
+    return _runner(discovery_rt.open_services, run_discovery, run, log=log)
 
 
 def expansion_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    def go(config: Any) -> Mapping[str, Any]:
-        from mindforge.expansion.runtime import open_services
-        from mindforge.expansion.stage import run_expansion
-
-        with open_services(run, config, log=log) as services:
-            return as_json(run_expansion(config, services))
-
-    return go
+    return _runner(expansion_rt.open_services, run_expansion, run, log=log)
 
 
 def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | None = None) -> StageRunner:
-    def go(config: Any) -> Mapping[str, Any]:
-        from mindforge.update.runtime import open_services
-        from mindforge.update.stage import run_update
-
-        with open_services(run, config, progress=progress) as services:
-            return as_json(run_update(config, services))
-
-    return go
+    return _runner(update_rt.open_services, run_update, run, progress=progress)
 
 
 def eval_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    def go(config: Any) -> Mapping[str, Any]:
-        from mindforge.eval.runtime import open_services
-        from mindforge.eval.stage import run_eval
-
-        with open_services(run, config, log=log) as services:
-            return as_json(run_eval(config, services))
-
-    return go
+    return _runner(eval_rt.open_services, run_eval, run, log=log)
 
 
 def library_runners(run: RunServices, log: Callable[[str], None] = lambda m: None,
