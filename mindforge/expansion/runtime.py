@@ -33,6 +33,8 @@ def open_services(run: RunServices, config: ExpansionConfig, log: Callable[[str]
         return run.harness(hcp, client)
 
     with SandboxPool(run.sandbox(load_hcp(start_hcp_path(config)))) as pool:
-        solver = AuditedSolver(HarnessSolver(lambda hcp: task_runner(harness_for(hcp)), pool))
+        # A scored task is one turn: the summary hop feeds only later turns, and the audit never reads it.
+        solver = AuditedSolver(HarnessSolver(lambda hcp: task_runner(harness_for(hcp), summarize=False), pool,
+                                             concurrency=32))
         yield ExpansionServices(solver=solver, reflector=HarnessReflector(harness_for), proposers=proposers,
                                 log=log, sealed=SealedSet.of(run.settings.cache_dir))

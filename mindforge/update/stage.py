@@ -231,7 +231,8 @@ class _Run:
         doc = _serving(self.doc, self.route, served)
         pin = self.route if self.cfg.routing == "pinned" and self.route != "L0" else None
         runner = self.svc.runner_for(doc, max_tokens, route=pin)
-        rcfg = RolloutConfig(group_size=samples, reward=self.reward, seed=self.cfg.seed)
+        # Every group of the step in flight at once: the engine batches up to 32 sequences.
+        rcfg = RolloutConfig(group_size=samples, reward=self.reward, seed=self.cfg.seed, concurrency=32)
         return asyncio.run(rollout_groups(
             tasks, runner, self.svc.verifier, rcfg, hcp_version=hcp_hash(doc), route=self.route,
             open_session=self.svc.open_session, seed_offset=seed_offset,
