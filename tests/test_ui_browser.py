@@ -97,6 +97,7 @@ def test_the_deployed_cycle_reads_well_in_the_ui(cycle_run) -> None:
     diff = artifact(cycle_run.stack.api_url, "cycle-1-hcp-diff")["data"]
     words = ["@@"] if "```diff" in diff else ["No change"]
     check_ui(cycle_run.stack.api_url, words)
+    check_efficacy(cycle_run.stack.api_url, 1)  # the deployment evaluates after the cycle, and cycle 0 before
 
 
 _STAND_IN_RUN = """

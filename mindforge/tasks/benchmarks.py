@@ -48,7 +48,8 @@ class Benchmark(BaseModel):
 
     def tasks(self) -> list[Task]:
         if not self.path.is_file():
-            raise InputError(str(self.path), "", f"benchmark {self.name!r}: no such file")
+            raise InputError(str(self.path), "", f"benchmark {self.name!r}: no such file (put the file there, or "
+                                                 f"register it: mindforge bench register {self.name} FILE)")
         return list(_load(self.name, str(self.path), self.format, self.sha256()))
 
 
