@@ -100,3 +100,38 @@ def _weights_of(folder: Path) -> dict:
     from safetensors.torch import load_file
 
     return load_file(str(folder / WEIGHTS_FILE))
+
+
+def test_a_half_written_checkpoint_is_ignored_and_older_ones_go(tmp_path: Path) -> None:
+    import torch
+
+    from mindforge.update.checkpoints import latest_checkpoint, restore, save_checkpoint
+
+    class Trainer:
+        def __init__(self, policy):
+            self.opt = torch.optim.AdamW(policy.parameters(), lr=0.1)
+
+        def state_dict(self):
+            return {"optimizer": self.opt.state_dict()}
+
+        def load_state_dict(self, state):
+            self.opt.load_state_dict(state["optimizer"])
+
+    torch.manual_seed(0)
+    policy = torch.nn.Linear(3, 2)
+    trainer = Trainer(policy)
+    policy(torch.ones(1, 3)).sum().backward()
+    trainer.opt.step()
+    save_checkpoint(tmp_path, 1, policy, trainer, {"fingerprint": "a"})
+    saved = {k: v.clone() for k, v in policy.state_dict().items()}
+    save_checkpoint(tmp_path, 2, policy, trainer, {"fingerprint": "a"})
+    (tmp_path / ".step-0003.x.tmp").mkdir()  # a write killed before its rename
+    found = latest_checkpoint(tmp_path)
+    assert found is not None and found.step == 2 and found.state["fingerprint"] == "a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".step-0003.x.tmp", "step-0002"]
+
+    other = torch.nn.Linear(3, 2)
+    again = Trainer(other)
+    restore(found, other, again)
+    assert all(torch.equal(saved[k], v) for k, v in other.state_dict().items())
+    assert torch.equal(again.opt.state_dict()["state"][0]["exp_avg"], trainer.opt.state_dict()["state"][0]["exp_avg"])
