@@ -200,20 +200,7 @@ class _Run:
 
     # ------------------------------------------------------------------ phases
     def run(self) -> UpdateResult:
-        tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
-                                    want=self.cfg.validation_tasks + self.cfg.batch_tasks)
-        if self.svc.sealed is not None:
-            self.svc.sealed.refuse(tasks, f"Update's tasks ({source})")
-        if self.cfg.max_difficulty is not None:
-            tasks = [t for t in tasks if (t.provenance.difficulty or 1) <= self.cfg.max_difficulty]
-        train, held = split(tasks, self.cfg.validation_tasks, self.cfg.seed)
-        if self.cfg.max_train_tasks is not None:
-            train = train[: self.cfg.max_train_tasks]
-        if not train or not held:
-            from mindforge.errors import InputError
-
-            raise InputError(source, "", f"need training and validation tasks of {self.route}; "
-                             f"found {len(tasks)} (after filters)")
+        train, held, source = self._tasks()
         parent = self._parent_version()
         self.fingerprint = self._fingerprint(parent, train)
         resume = self._resume_point()
@@ -234,6 +221,24 @@ class _Run:
             tracker.close()
         self._cleanup_scratch()
         return self._finish(result, entry, before, curve, source, len(held))
+
+    def _tasks(self) -> tuple[list[Task], list[Task], str]:
+        """Training and held-out validation tasks of the route, and where they came from."""
+        tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
+                                    want=self.cfg.validation_tasks + self.cfg.batch_tasks)
+        if self.svc.sealed is not None:
+            self.svc.sealed.refuse(tasks, f"Update's tasks ({source})")
+        if self.cfg.max_difficulty is not None:
+            tasks = [t for t in tasks if (t.provenance.difficulty or 1) <= self.cfg.max_difficulty]
+        train, held = split(tasks, self.cfg.validation_tasks, self.cfg.seed)
+        if self.cfg.max_train_tasks is not None:
+            train = train[: self.cfg.max_train_tasks]
+        if not train or not held:
+            from mindforge.errors import InputError
+
+            raise InputError(source, "", f"need training and validation tasks of {self.route}; "
+                             f"found {len(tasks)} (after filters)")
+        return train, held, source
 
     def _parent_version(self) -> AdapterVersion:
         served = self.doc["router"]["routes"][self.route]["served_adapter"]
