@@ -2,7 +2,8 @@
 
 Artifacts: ``cycle-N-update-curve`` (one row a GRPO step),
 ``cycle-N-update-trajectories`` (+ pages), ``cycle-N-adapter`` (link to the
-adapter version's folder), ``cycle-N-update-summary``.
+adapter version's folder), ``cycle-N-update-tensorboard`` (link to the TensorBoard
+event folder: ``tensorboard --logdir`` it), ``cycle-N-update-summary``.
 """
 
 from __future__ import annotations
@@ -34,18 +35,24 @@ def summary_markdown(cycle: int, result: dict[str, Any]) -> str:
         "HCP after": result["hcp"], "GRPO steps": len(result.get("curve") or ()),
     }
     notes = [f"adapter: `{result.get('adapter_path')}`", f"HCP file: `{result.get('hcp_path')}`",
-             f"trajectories: `{result['trajectories']}`", f"tasks from: `{result['tasks_source']}`"]
+             f"trajectories: `{result['trajectories']}`", f"tasks from: `{result['tasks_source']}`",
+             f"TensorBoard: `tensorboard --logdir {result['tensorboard']}`" if result.get("tensorboard") else ""]
     return artifacts.summary_markdown(f"Update, cycle {cycle}", facts, notes)
 
 
 def publish(cycle: int, result: dict[str, Any]) -> None:
     if result.get("curve"):
         artifacts.table(cycle, "update-curve", list(result["curve"]),
-                        f"GRPO steps of cycle {cycle}: mean reward, loss, KL, clip fraction, tokens")
+                        f"GRPO steps of cycle {cycle}: reward mean and std, loss, KL, clip fraction, grad norm, "
+                        "completion tokens, share of groups without signal")
     publish_trajectories(cycle, "update", Path(result["trajectories"]))
     if result.get("adapter_path"):
         artifacts.link(cycle, "adapter", Path(result["adapter_path"]).resolve().as_uri(),
                        f"{result['candidate']} ({'promoted' if result['promoted'] else 'rolled back'})")
+    if result.get("tensorboard"):
+        folder = Path(result["tensorboard"]).resolve()
+        artifacts.link(cycle, "update-tensorboard", folder.as_uri(),
+                       f"TensorBoard event files of the Update (tensorboard --logdir {folder})")
     artifacts.markdown(cycle, "update-summary", summary_markdown(cycle, result), f"Update of cycle {cycle}")
 
 

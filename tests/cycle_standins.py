@@ -164,7 +164,7 @@ def update_full(config: Any) -> dict[str, Any]:
         hcp=base["hcp"], hcp_path=Path(base["hcp_path"]),
         curve=({"step": 0, "mean_reward": 0.5, "loss": 0.1, "kl": 0.0, "clip_fraction": 0.0, "tokens": 64,
                 "groups": 2, "skipped_groups": 0, "dropped": 0, "seconds": 1.0},),
-        adapter_path=adapter, trajectories=folder, tasks_source="seed_tasks",
+        adapter_path=adapter, trajectories=folder, tasks_source="seed_tasks", tensorboard=folder.parent / "tensorboard",
     )
     data = result.model_dump(mode="json")
     RunDir(config.run_dir).mark_done(config.cycle, "update", data)

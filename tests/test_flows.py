@@ -56,10 +56,12 @@ def test_the_cycle_flow_runs_stage_subflows_and_publishes(harness, stand_in_stag
 
     found = artifacts_by_key(["cycle-1-hcp-diff", "cycle-1-summary", "cycle-1-expansion-trajectories",
                               "cycle-1-update-curve", "cycle-1-update-summary", "cycle-2-summary",
-                              "cycle-1-expansion-candidates", "cycle-1-adapter"])
+                              "cycle-1-expansion-candidates", "cycle-1-adapter", "cycle-1-update-tensorboard"])
     assert set(found) == {"cycle-1-hcp-diff", "cycle-1-summary", "cycle-1-expansion-trajectories",
                           "cycle-1-update-curve", "cycle-1-update-summary", "cycle-2-summary",
-                          "cycle-1-expansion-candidates", "cycle-1-adapter"}
+                          "cycle-1-expansion-candidates", "cycle-1-adapter", "cycle-1-update-tensorboard"}
+    tensorboard = tmp_path / "cycles" / "1" / "update" / "tensorboard"
+    assert f"]({tensorboard.resolve().as_uri()})" in found["cycle-1-update-tensorboard"].data  # a markdown link
     diff = found["cycle-1-hcp-diff"].data
     assert "```diff" in diff and "/agents_md" in diff and "+" in diff
     summary = found["cycle-1-summary"].data

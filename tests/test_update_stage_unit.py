@@ -1,9 +1,7 @@
-"""Handoff decisions with real weights and a stand-in engine.
+"""Handoff decisions with real weights and a stand-in engine (tests/update_standins.py).
 
-The stand-in (an httpx MockTransport) serves adapters the way an engine does:
-it loads the peft folder named in ``/v1/load_lora_adapter`` into its own copy
-of the base model and samples with a KV cache, reporting each token's logprob.
-The trainer side is a separate model object. So the probe compares two
+The stand-in serves adapters the way an engine does, from its own copy of the
+base model. The trainer side is a separate model object. So the probe compares two
 independent loads of the same files, which is what makes a corrupted folder
 visible. The real engine is exercised in tests/test_update_stage.py.
 """
@@ -16,90 +14,21 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from update_standins import TOKENS, StandInEngine, services, tiny_base
 
 from mindforge.catalog import WEIGHTS_FILE, AdapterCatalog, copy_adapter, write_peft_adapter
 from mindforge.engine.admin import EngineAdmin
 from mindforge.hcp import hcp_hash, load_hcp, read_json
 from mindforge.paths import default_hcp_path
-from mindforge.rollouts import RewardStats, TurnOutcome
+from mindforge.rollouts import RewardStats
 from mindforge.store import RunDir
-from mindforge.tasks.models import Hop, Verdict, VerdictStatus
-from mindforge.tasks.models import TestOutcome as Outcome
-from mindforge.tasks.models import TestResult as Result
 from mindforge.update.handoff import ProbeConfig, hand_off, teacher_forced_logprobs
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER, load_policy
 
 
-class StandInEngine:
-    def __init__(self, base_path: Path):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.torch = torch
-        self.base = AutoModelForCausalLM.from_pretrained(str(base_path), dtype=torch.float32)
-        self.model = None
-        self.loaded: list[str] = []
-        self.calls: list[str] = []
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        self.calls.append(path)
-        body = json.loads(request.content) if request.content else {}
-        if path == "/v1/models":
-            data = [{"id": "base", "parent": None}] + [{"id": n, "parent": "base"} for n in self.loaded]
-            return httpx.Response(200, json={"data": data})
-        if path == "/v1/load_lora_adapter":
-            try:
-                self._load(body["lora_name"], body["lora_path"])
-            except (ValueError, OSError) as exc:  # an engine answers 400, it does not crash
-                return httpx.Response(400, json={"error": str(exc)})
-            return httpx.Response(200, json={})
-        if path == "/v1/unload_lora_adapter":
-            if body["lora_name"] not in self.loaded:
-                return httpx.Response(404, json={"error": "not loaded"})
-            self.model.delete_adapter(body["lora_name"])
-            self.loaded.remove(body["lora_name"])
-            return httpx.Response(200, json={})
-        if path == "/v1/completions":
-            return httpx.Response(200, json=self._complete(body))
-        return httpx.Response(404)
-
-    def _load(self, name: str, folder: str) -> None:
-        from peft import PeftModel
-
-        if self.model is None:
-            self.model = PeftModel.from_pretrained(self.base, folder, adapter_name=name)
-        else:
-            self.model.load_adapter(folder, adapter_name=name)
-        self.loaded.append(name)
-
-    def _complete(self, body: dict) -> dict:
-        torch = self.torch
-        self.model.set_adapter(body["model"])
-        gen = torch.Generator().manual_seed(body["seed"])
-        ids, lps = [], []
-        with torch.no_grad():
-            out = self.model(torch.tensor([body["prompt"]]), use_cache=True)
-            for _ in range(body["max_tokens"]):
-                logp = torch.log_softmax(out.logits[0, -1].float(), -1)
-                tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
-                ids.append(tok)
-                lps.append(float(logp[tok]))
-                out = self.model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
-        return {"choices": [{"token_ids": ids, "logprobs": {"token_logprobs": lps}}]}
-
-
 @pytest.fixture(scope="module")
 def base_path(tmp_path_factory) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2)
-    path = tmp_path_factory.mktemp("base")
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    return path
+    return tiny_base(tmp_path_factory.mktemp("base"))
 
 
 @pytest.fixture
@@ -185,81 +114,6 @@ def test_a_failed_load_keeps_the_old_mapping(setup) -> None:
     assert not result.promoted and result.reason.startswith("load failed") and result.served == "mf-L2-v0000"
 
 
-# ---------------------------------------------------------------------- the stage
-TOKENS = 6
-
-
-def _prompt_ids(task) -> list[int]:
-    return [1 + (ord(c) % 90) for c in task.prompt[:12]]
-
-
-class LowTokenVerifier:
-    """Stand-in verdicts: one checker test a completion token, passed by ids below 48."""
-
-    def verify_many(self, jobs):
-        out = []
-        for task, candidate in jobs:
-            ids = [int(x) for x in candidate.split()]
-            tests = tuple(Result(name=f"t{i}", outcome=Outcome.PASS if x < 48 else Outcome.FAIL)
-                          for i, x in enumerate(ids))
-            status = VerdictStatus.PASS if all(x < 48 for x in ids) else VerdictStatus.FAIL
-            out.append(Verdict(task_id=task.id, status=status, tests=tests))
-        return out
-
-
-class PolicyGradient:
-    """Stand-in trainer: group-centred REINFORCE on the answer hops (helper-7's GRPO is the real one)."""
-
-    def __init__(self, policy, fields):
-        import torch
-
-        self.torch, self.policy = torch, policy
-        self.opt = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=fields.get("lr", 0.05))
-
-    def step(self, groups, families=None):
-        torch = self.torch
-        loss = torch.zeros(())
-        tokens = 0
-        for g in groups:
-            mean = sum(t.reward for t in g) / len(g)
-            for t in g:
-                hop = t.hops[0]
-                ids = torch.tensor([list(hop.prompt_ids) + list(hop.completion_ids)])
-                n = len(hop.completion_ids)
-                logits = self.policy(ids, logits_to_keep=n + 1).logits[0, :n]
-                logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(hop.completion_ids)[:, None]).sum()
-                loss = loss - (t.reward - mean) * logp
-                tokens += n
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-        return {"loss": float(loss.detach()), "kl": 0.0, "clip_fraction": 0.0, "tokens": tokens}
-
-
-def _services(catalog, engine, base_path, doc):
-    from mindforge.update.stage import UpdateServices
-
-    def runner_for(hcp_doc, max_tokens, route=None):
-        assert route == "L2"  # the trained specialist answers every rollout
-        name = hcp_doc["router"]["routes"]["L2"]["served_adapter"]
-
-        async def run(task, seed, tools):
-            prompt = _prompt_ids(task)
-            ids, lps = engine.sample(name, prompt, TOKENS, seed)
-            hop = Hop(kind="answer", route="L2", adapter=name, prompt_ids=tuple(prompt),
-                      completion_ids=tuple(ids), logprobs=tuple(lps))
-            return TurnOutcome(answer=" ".join(map(str, ids)), hops=[hop], route="L2")
-
-        return run
-
-    return UpdateServices(
-        engine=engine, verifier=LowTokenVerifier(), runner_for=runner_for, open_session=None,
-        catalog=catalog, load_policy=lambda entry: load_policy(base_path, entry.path),
-        make_trainer=PolicyGradient, render_probe=lambda d, route, task: _prompt_ids(task),
-        base_model=str(base_path), hcp_doc=doc,
-    )
-
-
 def test_stage_trains_on_policy_hands_off_and_records(tmp_path: Path, base_path: Path) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
@@ -281,7 +135,7 @@ def test_stage_trains_on_policy_hands_off_and_records(tmp_path: Path, base_path:
     config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=3, group_size=4, batch_tasks=2, reward="pass_fraction",
                           validation_tasks=2, validation_samples=2, grpo={"lr": 0.05}, probe_prompts=2,
                           regression_tolerance=1.0)
-    result = run_update(config, _services(catalog, engine, base_path, read_json(default_hcp_path())))
+    result = run_update(config, services(catalog, engine, base_path, read_json(default_hcp_path())))
 
     assert result.promoted and result.version == "mf-L2-v0001" == result.candidate, result.reason
     assert result.parity.ok and result.parity.max_abs_diff < 1e-4 and result.parity.discriminative

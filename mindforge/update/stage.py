@@ -23,7 +23,11 @@ One run:
 
 Artifacts under ``RunDir(run).stage(cycle, "update")``: ``trajectories/``
 (parquet: validation before/after and every training step), ``curve.json``,
-``hcp/<hash>.hcp.json`` and ``DONE.json`` (the result).
+``tensorboard/`` (event files, see ``tracking``), ``hcp/<hash>.hcp.json`` and
+``DONE.json`` (the result). While training, ``checkpoints/step-NNNN`` (see
+``checkpoints``): a rerun of a killed Update resumes at the newest one with the
+same data order and seeds, so it reaches the weights an uninterrupted run
+would; they are removed once ``DONE.json`` is written.
 """
 
 from __future__ import annotations
@@ -62,9 +66,18 @@ from mindforge.rollouts import (
 from mindforge.store import RunDir, atomic_write_json
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Route, Task, Trajectory
+from mindforge.update.checkpoints import (
+    Checkpoint,
+    latest_checkpoint,
+    remove_checkpoints,
+    restore,
+    save_checkpoint,
+)
+from mindforge.update.curve import CurveRow, curve_row
 from mindforge.update.handoff import HandoffResult, Parity, ProbeConfig, hand_off
 from mindforge.update.inputs import cycle_tasks, split
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
+from mindforge.update.tracking import Tracker, TrackerKind, open_tracker
 
 
 class UpdateConfig(BaseModel):
@@ -101,23 +114,14 @@ class UpdateConfig(BaseModel):
     # what the router learns).
     routing: Literal["pinned", "routed"] = "pinned"
     seed: int = 0
+    # A checkpoint (adapter, optimizer, RNG, step) every this many steps and after the last, under
+    # update/checkpoints/: a killed Update resumes at the newest one, to the same weights.
+    checkpoint_every: int = Field(default=1, ge=1)
+    # Where step scalars go: TensorBoard event files under update/tensorboard/ by default; mlflow and
+    # wandb only when installed (their own env vars say where).
+    tracking: tuple[TrackerKind, ...] = ("tensorboard",)
     hcp: Path | None = None  # None: the run's current HCP (see inputs.current_hcp_path)
     seeds: Path | None = None  # seed task folder used when Discovery wrote none
-
-
-class CurveRow(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    step: int
-    mean_reward: float
-    loss: float
-    kl: float
-    clip_fraction: float
-    tokens: int
-    groups: int
-    skipped_groups: int
-    dropped: int
-    seconds: float
 
 
 class UpdateResult(BaseModel):
@@ -141,6 +145,7 @@ class UpdateResult(BaseModel):
     adapter_path: Path | None
     trajectories: Path
     tasks_source: str
+    tensorboard: Path | None = None  # event folder, when TensorBoard tracked the run
     unloaded: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, Any]:
@@ -189,10 +194,36 @@ class _Run:
         self.prefix = self.doc["router"]["routes"][self.route]["adapter"]
         self.scratch = self.out / "scratch"
         self.scratch_name: str | None = None
+        self.checkpoints = self.out / "checkpoints"
+        self.fingerprint = ""
         self.reward: RewardKind = config.reward or HCP_REWARDS[self.doc["guarded"]["verifier"]["reward"]]
 
     # ------------------------------------------------------------------ phases
     def run(self) -> UpdateResult:
+        train, held, source = self._tasks()
+        parent = self._parent_version()
+        self.fingerprint = self._fingerprint(parent, train)
+        resume = self._resume_point()
+        served = self.doc["router"]["routes"][self.route]["served_adapter"]
+        # A resumed run reuses the first attempt's validation before: same adapter, same seeds.
+        before = RewardStats(**resume.state["before"]) if resume else self._validate(held, served, "before")
+        policy = self.svc.load_policy(parent)
+        tracker = open_tracker(self.cfg.tracking, self.out / "tensorboard", f"update-{self.cfg.cycle}-{self.route}",
+                               params=self.cfg.model_dump(mode="json"), purge_step=resume.step if resume else None)
+        try:
+            curve = self._train(policy, train, before, resume, tracker)
+            entry = self._save(policy, parent, train, curve)
+            result = self._hand_off(policy, entry, held, before)
+            after = result[1]
+            tracker.log(self.cfg.steps, {"validation/reward_before": before.mean,
+                                         **({"validation/reward_after": after.mean} if after else {})})
+        finally:
+            tracker.close()
+        self._cleanup_scratch()
+        return self._finish(result, entry, before, curve, source, len(held))
+
+    def _tasks(self) -> tuple[list[Task], list[Task], str]:
+        """Training and held-out validation tasks of the route, and where they came from."""
         tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
                                     want=self.cfg.validation_tasks + self.cfg.batch_tasks)
         if self.svc.sealed is not None:
@@ -207,14 +238,7 @@ class _Run:
 
             raise InputError(source, "", f"need training and validation tasks of {self.route}; "
                              f"found {len(tasks)} (after filters)")
-        parent = self._parent_version()
-        before = self._validate(held, self.doc["router"]["routes"][self.route]["served_adapter"], "before")
-        policy = self.svc.load_policy(parent)
-        curve = self._train(policy, train)
-        entry = self._save(policy, parent, train, curve)
-        result = self._hand_off(policy, entry, held, before)
-        self._cleanup_scratch()
-        return self._finish(result, entry, before, curve, source, len(held))
+        return train, held, source
 
     def _parent_version(self) -> AdapterVersion:
         served = self.doc["router"]["routes"][self.route]["served_adapter"]
@@ -244,31 +268,72 @@ class _Run:
         persist(groups, self.out / "trajectories", f"validation-{label}")
         return reward_stats(groups)
 
-    def _train(self, policy: Any, train: Sequence[Task]) -> list[CurveRow]:
-        import time
+    def _fingerprint(self, parent: AdapterVersion, train: Sequence[Task]) -> str:
+        """What the checkpointed steps depend on. Not ``steps``: a step's batch and seeds do not depend
+        on the total, so a resumed run may be given more steps."""
+        import hashlib
+        import json
 
+        fields = {
+            "parent": parent.name, "hcp": self.hcp_version, "route": self.route, "seed": self.cfg.seed,
+            "group_size": self.cfg.group_size, "batch_tasks": self.cfg.batch_tasks, "reward": self.reward,
+            "max_tokens": self.cfg.max_tokens, "routing": self.cfg.routing, "grpo": self._grpo_fields(),
+            "train": [t.id for t in train],
+        }
+        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _resume_point(self) -> Checkpoint | None:
+        found = latest_checkpoint(self.checkpoints)
+        if found is None:
+            return None
+        if found.state.get("fingerprint") != self.fingerprint or found.step > self.cfg.steps:
+            from mindforge.errors import InputError
+
+            raise InputError(str(found.path), "", "a checkpoint of an Update with other tasks, seeds, training "
+                             f"fields or more than {self.cfg.steps} steps; remove {self.checkpoints} to start over")
+        return found
+
+    def _train(self, policy: Any, train: Sequence[Task], before: RewardStats, resume: Checkpoint | None,
+               tracker: Tracker) -> list[CurveRow]:
         trainer = self.svc.make_trainer(policy, self._grpo_fields())
         served = self.doc["router"]["routes"][self.route]["served_adapter"]
         curve: list[CurveRow] = []
-        for step in range(self.cfg.steps):
+        if resume is not None:
+            restore(resume, policy, trainer)
+            curve = [CurveRow(**r) for r in resume.state["curve"]]
+            if resume.step < self.cfg.steps:  # the engine lost the killed attempt's scratch adapter
+                served = self._serve_scratch(policy, resume.step)
+        for step in range(len(curve), self.cfg.steps):
             if self.svc.progress:
                 self.svc.progress(step, self.cfg.steps, None)
-            start = time.monotonic()
-            batch = _batch(train, step, self.cfg.batch_tasks)
-            groups = self._rollouts(batch, served, self.cfg.group_size, step * 1000, self.cfg.max_tokens)
-            persist(groups, self.out / "trajectories", f"train-step{step:03d}")
-            usable = groups_for_training(groups)
-            # Families let L0 learn its route choice (reward: the route matches the task's family).
-            families = {t.id: t.family for t in batch}
-            metrics = _as_dict(trainer.step(usable, families=families)) if usable else {}
-            row = _curve_row(step, groups, metrics, time.monotonic() - start)
+            row = self._step(trainer, train, step, served)
             curve.append(row)
             atomic_write_json(self.out / "curve.json", [r.model_dump() for r in curve])
+            tracker.log(step, row.scalars())
+            if (step + 1) % self.cfg.checkpoint_every == 0 or step + 1 == self.cfg.steps:
+                save_checkpoint(self.checkpoints, step + 1, policy, trainer, {
+                    "fingerprint": self.fingerprint, "curve": [r.model_dump() for r in curve],
+                    "before": before.model_dump()})
             if self.svc.progress:
                 self.svc.progress(step + 1, self.cfg.steps, row)
             if step + 1 < self.cfg.steps:
                 served = self._serve_scratch(policy, step + 1)
         return curve
+
+    def _step(self, trainer: Any, train: Sequence[Task], step: int, served: str) -> CurveRow:
+        """Rollouts of step ``step`` on ``served`` and one trainer step. Its batch and engine seeds are
+        functions of (training tasks, seed, step) alone, which is what makes a resumed run repeat them."""
+        import time
+
+        start = time.monotonic()
+        batch = _batch(train, step, self.cfg.batch_tasks)
+        groups = self._rollouts(batch, served, self.cfg.group_size, step * 1000, self.cfg.max_tokens)
+        persist(groups, self.out / "trajectories", f"train-step{step:03d}")
+        usable = groups_for_training(groups)
+        # Families let L0 learn its route choice (reward: the route matches the task's family).
+        families = {t.id: t.family for t in batch}
+        metrics = _as_dict(trainer.step(usable, families=families)) if usable else {}
+        return curve_row(step, groups, metrics, time.monotonic() - start)
 
     def _grpo_fields(self) -> dict[str, Any]:
         """GRPOConfig fields: the route and the HCP's sampling (the trainer scores tokens under the
@@ -350,8 +415,11 @@ class _Run:
             se_after=after.se if after else None, validation_tasks=n_held, hcp=result.hcp_hash,
             hcp_path=result.hcp_path, curve=tuple(curve), adapter_path=entry.path,
             trajectories=self.out / "trajectories", tasks_source=source, unloaded=result.unloaded,
+            tensorboard=self.out / "tensorboard" if "tensorboard" in self.cfg.tracking else None,
         )
         self.run_dir.mark_done(self.cfg.cycle, "update", res.model_dump(mode="json"))
+        # Finished: the catalog version holds the weights; the optimizer state (twice the adapter) goes.
+        remove_checkpoints(self.checkpoints)
         return res
 
 
@@ -381,22 +449,3 @@ def _as_dict(metrics: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(metrics):
         return dataclasses.asdict(metrics)
     return dict(vars(metrics))
-
-
-def _curve_row(step: int, groups: Sequence[Sequence[Trajectory]], m: dict[str, Any], seconds: float) -> CurveRow:
-    stats = reward_stats(groups)
-    rewards = [t.reward for g in groups for t in g if t.reward is not None]
-
-    def num(*keys: str) -> float:
-        for k in keys:
-            if m.get(k) is not None:
-                return float(m[k])
-        return 0.0
-
-    return CurveRow(
-        step=step, mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-        loss=num("loss"), kl=num("kl", "kl_mean"), clip_fraction=num("clip_fraction", "clip_frac"),
-        tokens=int(num("tokens", "completion_tokens", "num_tokens")),
-        groups=len(groups), skipped_groups=int(num("skipped_groups", "groups_skipped")),
-        dropped=stats.dropped, seconds=seconds,
-    )

@@ -111,6 +111,14 @@ class GRPOTrainer:
         self.steps += 1
         return metrics
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs besides the adapter's tensors: AdamW's moments and step counts."""
+        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+
     def loss_and_grads(self, samples: Sequence[Sample], resident: bool | None = None) -> float:
         """Accumulate the step's gradients into ``.grad`` without stepping; returns the loss.
 

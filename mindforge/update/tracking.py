@@ -1,0 +1,114 @@
+"""Experiment tracking of an Update: scalars by step to TensorBoard, and to MLflow or W&B when asked.
+
+``open_tracker(kinds, log_dir, run_name, purge_step)`` returns one ``Tracker``
+that fans out to each kind named. TensorBoard is the default and needs no
+service: event files under ``log_dir`` (``RUN_DIR/cycles/N/update/tensorboard``),
+read by ``tensorboard --logdir`` or its ``EventAccumulator``. MLflow and W&B
+are optional extras: used only when named in ``UpdateConfig.tracking`` and
+installed; they read their own settings (``MLFLOW_TRACKING_URI``,
+``WANDB_PROJECT``, ...) as their libraries document. Naming one that is not
+installed is an error at start, not a silent skip.
+
+A resumed Update opens TensorBoard with ``purge_step`` = the checkpoint's
+step: events a killed attempt wrote for steps at or after it are discarded by
+TensorBoard's readers, so every step shows once, with the resumed values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from mindforge.errors import MindForgeError
+
+TrackerKind = Literal["tensorboard", "mlflow", "wandb"]
+
+
+class TrackingError(MindForgeError):
+    pass
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    def log(self, step: int, scalars: Mapping[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TensorBoardTracker:
+    def __init__(self, log_dir: Path, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(log_dir)
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step)
+
+    def log(self, step: int, scalars: Mapping[str, float]) -> None:
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, step)
+        self.writer.flush()  # a kill loses at most the step being written
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class MLflowTracker:
+    def __init__(self, run_name: str, params: Mapping[str, Any]):
+        import mlflow
+
+        self.mlflow = mlflow
+        mlflow.start_run(run_name=run_name)
+        mlflow.log_params({k: str(v) for k, v in params.items()})
+
+    def log(self, step: int, scalars: Mapping[str, float]) -> None:
+        self.mlflow.log_metrics(dict(scalars), step=step)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+class WandbTracker:
+    def __init__(self, run_name: str, params: Mapping[str, Any]):
+        import wandb
+
+        self.run = wandb.init(name=run_name, config=dict(params))
+
+    def log(self, step: int, scalars: Mapping[str, float]) -> None:
+        self.run.log(dict(scalars), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Trackers:
+    """Several trackers as one."""
+
+    def __init__(self, trackers: Sequence[Tracker]):
+        self.trackers = list(trackers)
+
+    def log(self, step: int, scalars: Mapping[str, float]) -> None:
+        for t in self.trackers:
+            t.log(step, scalars)
+
+    def close(self) -> None:
+        for t in self.trackers:
+            t.close()
+
+
+def open_tracker(kinds: Sequence[TrackerKind], log_dir: Path, run_name: str,
+                 params: Mapping[str, Any] | None = None, purge_step: int | None = None) -> Trackers:
+    params = params or {}
+    out: list[Tracker] = []
+    try:
+        for kind in dict.fromkeys(kinds):
+            if kind == "tensorboard":
+                out.append(TensorBoardTracker(log_dir, purge_step=purge_step))
+            elif kind == "mlflow":
+                out.append(MLflowTracker(run_name, params))
+            else:
+                out.append(WandbTracker(run_name, params))
+    except ImportError as exc:
+        Trackers(out).close()
+        raise TrackingError(f"tracking with {exc.name} was asked for but it is not installed "
+                            f"(pip install {exc.name})") from exc
+    return Trackers(out)
