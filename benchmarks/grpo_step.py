@@ -112,10 +112,11 @@ def child(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
     from mindforge.engine.registry import init_adapters, resolve_model
+    from mindforge.settings import load_settings
     from mindforge.update.policy import TRAIN_ADAPTER, load_policy
     from mindforge.update.trainer import GRPOConfig, GRPOTrainer
 
-    model = resolve_model("smollm2-135m-instruct")
+    model = resolve_model("smollm2-135m-instruct", load_settings())
     with tempfile.TemporaryDirectory() as tmp:
         policy = load_policy(model, init_adapters(model, Path(tmp), routes=("L2",))["L2"])
     with torch.no_grad():

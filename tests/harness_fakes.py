@@ -24,8 +24,9 @@ DEFAULT_HCP = REPO / "hcp" / "examples" / "default.hcp.json"
 
 def model_path() -> Path:
     from mindforge.engine.registry import resolve_model
+    from mindforge.settings import load_settings
 
-    return resolve_model("smollm2-135m-instruct")
+    return resolve_model("smollm2-135m-instruct", load_settings())
 
 
 def renderer() -> ChatRenderer:

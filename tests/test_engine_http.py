@@ -45,7 +45,7 @@ def adapters(tmp_path_factory) -> dict[str, Path]:
     require(model_folder() is not None, f"the default model is not cached (mindforge model pull {MODEL})")
     from mindforge.engine.registry import init_adapters
 
-    paths = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"), routes=("L1", "L2", "L3"), rank=4)
+    paths = init_adapters(model_folder(), tmp_path_factory.mktemp("adapters"), routes=("L1", "L2", "L3"), rank=4)
     for i, path in enumerate(paths.values()):
         perturb(path, seed=i)
     return paths

@@ -96,8 +96,9 @@ def test_resident_prefix_equals_naive_default_model(tmp_path):
     would differ by orders of magnitude more.
     """
     from mindforge.engine.registry import init_adapters, resolve_model
+    from mindforge.settings import load_settings
 
-    model = resolve_model("smollm2-135m-instruct")
+    model = resolve_model("smollm2-135m-instruct", load_settings())
     adapter = init_adapters(model, tmp_path, routes=("L2",))["L2"]
     policy = load_policy(model, adapter).double()
     with torch.no_grad():  # fresh adapters have B = 0, where A gets no gradient: give B some weight

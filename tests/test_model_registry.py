@@ -19,7 +19,7 @@ from mindforge.engine.registry import (
     resolve_model,
     verify_model,
 )
-from mindforge.settings import Settings
+from mindforge.settings import Settings, load_settings
 
 DEFAULT = "smollm2-135m-instruct"
 
@@ -39,7 +39,7 @@ def test_unknown_name_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_folder_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(ModelError, match="not a Hugging Face model folder"):
-        resolve_model(tmp_path)
+        resolve_model(tmp_path, Settings(cache_dir=tmp_path))
 
 
 def test_a_half_converted_cache_is_not_used(tmp_path: Path) -> None:
@@ -61,8 +61,8 @@ def test_tampered_weights_are_detected(tmp_path: Path) -> None:
 def test_default_model_is_converted_with_tokenizer_and_template(model_dir: Path) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
-    assert resolve_model(DEFAULT) == model_dir
-    assert resolve_model(model_dir) == model_dir  # a local folder is accepted where a name is
+    assert resolve_model(DEFAULT, load_settings()) == model_dir
+    assert resolve_model(model_dir, load_settings()) == model_dir  # a local folder is accepted where a name is
     manifest = json.loads((model_dir / MANIFEST).read_text())
     assert manifest["gguf_sha256"] == KNOWN[DEFAULT].gguf_sha256
     assert verify_model(model_dir) == []

@@ -71,7 +71,7 @@ def engine(tmp_path_factory):
     from mindforge.engine.registry import init_adapters
 
     hcp = make_hcp(SMALL)
-    folders = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"))
+    folders = init_adapters(model_path(), tmp_path_factory.mktemp("adapters"))
     with EngineProcess(MODEL, {hcp.served_adapter(r): p for r, p in folders.items()}) as eng:
         yield eng
 

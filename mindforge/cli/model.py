@@ -70,10 +70,11 @@ def init_adapters_cmd(
     seed: Annotated[int, typer.Option(help="Initialisation seed")] = 0,
 ) -> None:
     """Create fresh peft LoRA adapters (L0-L3 by default) for a base model."""
-    from mindforge.engine.registry import init_adapters
+    from mindforge.engine.registry import init_adapters, resolve_model
     from mindforge.settings import load_settings
 
     settings = load_settings()
-    paths = init_adapters(model or settings.model, out, [r.strip() for r in routes.split(",") if r.strip()],
-                          settings=settings, rank=rank, alpha=alpha, seed=seed)
+    folder = resolve_model(model or settings.model, settings)
+    paths = init_adapters(folder, out, [r.strip() for r in routes.split(",") if r.strip()],
+                          rank=rank, alpha=alpha, seed=seed)
     print(json.dumps({route: str(p) for route, p in paths.items()}))

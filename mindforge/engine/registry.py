@@ -80,10 +80,9 @@ def cached_folder(name: str, settings: Settings) -> Path:
     return settings.models_dir / name
 
 
-def resolve_model(name_or_path: str | Path, settings: Settings | None = None,
+def resolve_model(name_or_path: str | Path, settings: Settings,
                   log: Callable[[str], None] | None = None) -> Path:
     """A local model folder for a registry name or a path; a known name is pulled once if missing."""
-    settings = settings or Settings()
     candidate = Path(name_or_path).expanduser()
     if candidate.exists():
         if not candidate.is_dir() or not is_model_folder(candidate):
@@ -100,10 +99,9 @@ def resolve_model(name_or_path: str | Path, settings: Settings | None = None,
     return pull_model(name, settings, log=log)
 
 
-def pull_model(name: str, settings: Settings | None = None, *, force: bool = False,
+def pull_model(name: str, settings: Settings, *, force: bool = False,
                log: Callable[[str], None] | None = None) -> Path:
     """Download, verify and convert a known model into the cache; returns its folder."""
-    settings = settings or Settings()
     say = log or (lambda _msg: None)
     spec = KNOWN.get(name)
     if spec is None:
@@ -195,11 +193,10 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         raise ModelError(f"{gguf.name}: carries no chat template")
 
 
-def init_adapters(model: str | Path, out_dir: Path, routes: Sequence[str] = ROUTES, *,
-                  settings: Settings | None = None, rank: int = 8, alpha: int = 16, seed: int = 0,
+def init_adapters(model: Path, out_dir: Path, routes: Sequence[str] = ROUTES, *, rank: int = 8, alpha: int = 16, seed: int = 0,
                   target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj")) -> dict[str, Path]:
-    """Fresh peft LoRA adapters for ``model``, one folder per route under ``out_dir``.
+    """Fresh peft LoRA adapters for the model folder ``model``, one folder per route under ``out_dir``.
 
     peft initialises B to zero, so a fresh adapter computes exactly the base
     model; each route gets its own seed so their A matrices differ and
@@ -209,7 +206,7 @@ def init_adapters(model: str | Path, out_dir: Path, routes: Sequence[str] = ROUT
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    folder = resolve_model(model, settings)
+    folder = Path(model)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     base = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
