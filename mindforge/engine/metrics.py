@@ -33,6 +33,7 @@ _COUNTERS = {
     "decode_steps_total": "Batched decode steps.",
     "decode_seconds_total": "Wall time spent in decode steps (forward, sampling and bookkeeping).",
     "prefill_seconds_total": "Wall time spent in batched prefills.",
+    "prefill_batches_total": "Batched prefills (requests_total over this is the mean number of prompts a prefill).",
     "request_seconds_total": "Wall time from arrival to answer, summed over requests (callers subtract it "
                              "from their own time to measure their overhead).",
 }

@@ -256,6 +256,7 @@ class Scheduler:
             req.started_at, req.prefill_s = t0, elapsed
         self.metrics.inc("generated_tokens_total", len(rows))
         self.metrics.inc("prefill_seconds_total", elapsed)
+        self.metrics.inc("prefill_batches_total")
         for r in rows:
             if r.finish_reason is not None:
                 self._finish(r, None)
