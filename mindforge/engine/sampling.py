@@ -88,7 +88,9 @@ def draw_batch(logits_B_V: torch.Tensor, params: Sequence[SamplingParams],
     draws: list[Draw | None] = [None] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     if greedy:
-        logp_G_V = torch.log_softmax(logits_B_V[greedy].float(), dim=-1)
+        # an all-greedy batch (the common case) needs no gathered copy of the logits
+        chosen = logits_B_V if len(greedy) == len(params) else logits_B_V[greedy]
+        logp_G_V = torch.log_softmax(chosen.float(), dim=-1)
         tokens_G = torch.argmax(logp_G_V, dim=-1)
         logprobs = logp_G_V.gather(1, tokens_G[:, None])[:, 0].tolist()
         for g, (i, token, logprob) in enumerate(zip(greedy, tokens_G.tolist(), logprobs, strict=True)):
