@@ -7,7 +7,8 @@
    ``--other-url`` sends the same prompts, level by level, to a second
    OpenAI-compatible engine serving the same base model (the adapters are
    loaded into it through the same ``/v1/load_lora_adapter`` contract when it
-   does not list them) and prints the embedded engine's ratio to it.
+   does not list them) and prints the embedded engine's ratio to it; a vLLM
+   backend started by the project plugs in as one more ``Target``.
 1. Batched against sequential generation: the same 8 greedy requests (adapters
    L0-L3 mixed, a fixed number of tokens each) sent one after another, then
    all at once. Prints tokens/s of each and the ratio (goal: >= 3x).
@@ -21,7 +22,7 @@
    proxy's app over the same engine; the engine's own counters give its time
    and hop count. Prints the overhead and its ratio to the engine's time.
 
-    .venv/bin/python benchmarks/serving.py [--levels 1,8,32,64] [--other-url URL] [--only throughput]
+    .venv/bin/python benchmarks/serving.py [--levels 1,8,32,64] [--rounds 3] [--other-url URL] [--only throughput]
 """
 
 from __future__ import annotations
@@ -90,22 +91,30 @@ def decode_stats(client: httpx.Client) -> tuple[float, float, float]:
             m["mindforge_engine_decode_seconds_total"])
 
 
-def throughput(targets: list[Target], levels: list[int], tokens: int) -> None:
-    """Each level on every target in turn (same prompts), so load on a shared machine hits both alike."""
+def throughput(targets: list[Target], levels: list[int], tokens: int, rounds: int) -> None:
+    """Each level on every target in turn, ``rounds`` times (same prompts), medians compared.
+
+    Alternating the targets within a level makes load from other processes on
+    a shared machine hit both alike; the median over rounds drops a round that
+    met a burst of it.
+    """
     clients = {t.name: httpx.Client(base_url=t.url, timeout=1800) for t in targets}
+    first = targets[0]
     try:
         for level in levels:
-            rates = {}
-            for t in targets:
-                embedded = t is targets[0]
-                before = decode_stats(clients[t.name]) if embedded else None
-                rates[t.name] = burst(clients[t.name], level, tokens, tag=f"{level}")
-                if embedded:
-                    steps, rows, secs = (a - b for a, b in zip(decode_stats(clients[t.name]), before, strict=True))
-                    detail = f"(mean decode batch {rows / max(steps, 1):.1f}, {secs / max(steps, 1) * 1000:.0f} ms a step)"
-            line = f"throughput, {level:>2} concurrent x {tokens} tokens: {targets[0].name} {rates[targets[0].name]:.1f} tok/s {detail}"
+            rates: dict[str, list[float]] = {t.name: [] for t in targets}
+            before = decode_stats(clients[first.name])
+            for r in range(rounds):
+                for t in targets:
+                    rates[t.name].append(burst(clients[t.name], level, tokens, tag=f"{level}.{r}"))
+            steps, rows, secs = (a - b for a, b in zip(decode_stats(clients[first.name]), before, strict=True))
+            med = {name: statistics.median(v) for name, v in rates.items()}
+            line = (f"throughput, {level:>2} concurrent x {tokens} tokens: {first.name} {med[first.name]:.1f} tok/s "
+                    f"(mean decode batch {rows / max(steps, 1):.1f}, {secs / max(steps, 1) * 1000:.0f} ms a step)")
             for t in targets[1:]:
-                line += f"; {t.name} {rates[t.name]:.1f} tok/s, ratio {rates[targets[0].name] / rates[t.name]:.2f}x"
+                line += f"; {t.name} {med[t.name]:.1f} tok/s, ratio {med[first.name] / med[t.name]:.2f}x"
+            if rounds > 1:
+                line += "  [rounds: " + "; ".join(f"{n} {' '.join(f'{x:.0f}' for x in v)}" for n, v in rates.items()) + "]"
             print(line, flush=True)
     finally:
         for c in clients.values():
@@ -218,6 +227,7 @@ def main() -> None:
     ap.add_argument("--throughput-tokens", type=int, default=64, help="tokens each throughput request generates")
     ap.add_argument("--other-url", help="a second OpenAI-compatible engine to send the throughput prompts to")
     ap.add_argument("--other-name", default="other", help="its name in the output")
+    ap.add_argument("--rounds", type=int, default=1, help="times each level runs on each target (medians)")
     ap.add_argument("--only", choices=("all", "throughput"), default="all", help="run only the throughput section")
     ap.add_argument("--tokens", type=int, default=48, help="tokens each of the 8 batched/sequential requests generates")
     ap.add_argument("--repeats", type=int, default=3, help="conversations timed for the prefix cache")
@@ -240,7 +250,7 @@ def main() -> None:
                     ensure_adapters(other, adapters)
                     complete(other, model="L0", prompt="warm up", max_tokens=4)
                 targets.append(Target(args.other_name, args.other_url))
-            throughput(targets, levels, args.throughput_tokens)
+            throughput(targets, levels, args.throughput_tokens, args.rounds)
             if args.only == "all":
                 other_sections(client, eng.url, model_path, adapters, args)
 

@@ -307,3 +307,23 @@ def test_metrics_report_rates_batch_and_step_time(engine):
     text = m.render()
     for name in ("generation_tokens_per_second", "mean_decode_batch", "decode_step_seconds", "decode_seconds_total"):
         assert f"mindforge_engine_{name} " in text
+
+
+def test_rows_that_finish_early_stay_as_dead_rows_without_changing_the_others(tiny):
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=0)
+    sched._load("A", tiny / "A")
+    prompts = [prompt(sched, f"row {i} " + "pq " * i) for i in range(8)]
+    lengths = [3, 12, 12, 5, 12, 12, 12, 12]  # two of eight leave early: a quarter, kept in place
+    reqs = [GenerationRequest("A" if i % 2 else "tiny", p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
+    futures = [sched.submit(r) for r in reqs]
+    sched.start()
+    try:
+        together = [f.result(60).choices[0].token_ids for f in futures]
+        # live rows only: every decode step adds one token to each of them
+        assert sched.metrics.batch_size.count == 11 and sched.metrics.batch_size.total == sum(lengths) - len(lengths)
+        alone = [generate(sched, r.model, r.prompt_ids, max_tokens=r.params.max_tokens, temperature=0,
+                          ignore_eos=True).choices[0].token_ids for r in reqs]
+    finally:
+        sched.stop()
+    assert together == alone and [len(t) for t in together] == lengths

@@ -36,7 +36,6 @@ from mindforge.engine.kv import SlabLayer
 
 SUPPORTED_TYPES = ("llama", "qwen2")
 QKV, GATE_UP = ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")
-PROJECTIONS = {name: "self_attn" for name in (*QKV, "o_proj")} | {name: "mlp" for name in (*GATE_UP, "down_proj")}
 
 
 def unsupported_reason(model) -> str | None:

@@ -262,10 +262,22 @@ class Scheduler:
                 self._finish(r, None)
         return [r for r in rows if r.finish_reason is None]
 
+    @staticmethod
+    def _live(row: Row) -> bool:
+        return row.finish_reason is None and not row.request.future.cancelled()
+
     def _regroup(self, joining: list[Row]) -> None:
-        """Drop finished or abandoned rows and add the joining ones: one slab rebuild per change."""
-        keep = [i for i, r in enumerate(self._rows) if r.finish_reason is None and not r.request.future.cancelled()]
-        if not joining and len(keep) == len(self._rows):
+        """Add the joining rows and drop finished or abandoned ones: one slab rebuild per change.
+
+        Rows that leave while none join stay in place as dead rows (computed,
+        never read) until they are a quarter of the batch or no row is live: a
+        rebuild copies every row's keys/values, which costs about a decode step
+        at a full batch, so one per departing row would cost more than the
+        wasted rows do.
+        """
+        keep = [i for i, r in enumerate(self._rows) if self._live(r)]
+        dead = len(self._rows) - len(keep)
+        if not joining and (dead == 0 or (keep and dead * 4 <= len(self._rows))):
             return
         joining_kv = [r.prompt_kv for r in joining]
         for r in joining:
@@ -282,11 +294,18 @@ class Scheduler:
         logits_B_V = m.decode([r.last_token for r in rows], batch, [r.slot for r in rows])
         batch.advance()
         draws = draw_batch(logits_B_V, [r.params for r in rows], [r.generator for r in rows])
+        live, finished = 0, []
         for i, (row, d) in enumerate(zip(rows, draws, strict=True)):
+            if not self._live(row):  # a dead row waiting for the next rebuild
+                continue
+            live += 1
             row.append(d, m.tokenizer, m.eos_ids, m.geometry.max_positions)
             if row.finish_reason is not None:
-                self._finish(row, i)
-        self.metrics.decode_step(len(rows), time.perf_counter() - t0)
+                finished.append(i)
+        # counted before any caller is answered: a caller that reads the metrics sees its own last step
+        self.metrics.decode_step(live, time.perf_counter() - t0)
+        for i in finished:
+            self._finish(rows[i], i)
 
     def _finish(self, row: Row, batch_index: int | None) -> None:
         """Cache the row's sequence (all but the last token have keys/values) and answer when all choices are in."""
@@ -321,7 +340,7 @@ class Scheduler:
 
     def _update_gauges(self) -> None:
         g = self.metrics.set
-        g("running_sequences", len(self._rows))
+        g("running_sequences", sum(map(self._live, self._rows)))
         g("waiting_requests", len(self._waiting) + self._inbox.qsize())
         g("prefix_cache_tokens", self.cache.tokens)
         g("prefix_cache_entries", len(self.cache))
