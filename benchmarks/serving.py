@@ -1,5 +1,14 @@
-"""The embedded engine, measured two ways side by side in one run, on the real default model.
+"""The embedded engine, measured side by side in one run, on the real default model.
 
+0. Throughput at 1, 8, 32 and 64 concurrent requests: 64-token greedy
+   completions (``ignore_eos``), adapters L0-L3 mixed, tokens/s of each level
+   (goals: one stream >= 25 tok/s, 64 concurrent >= 400 tok/s), with the
+   engine's own mean decode batch and seconds a step from ``/metrics``.
+   ``--other-url`` sends the same prompts, level by level, to a second
+   OpenAI-compatible engine serving the same base model (the adapters are
+   loaded into it through the same ``/v1/load_lora_adapter`` contract when it
+   does not list them) and prints the embedded engine's ratio to it; a vLLM
+   backend started by the project plugs in as one more ``Target``.
 1. Batched against sequential generation: the same 8 greedy requests (adapters
    L0-L3 mixed, a fixed number of tokens each) sent one after another, then
    all at once. Prints tokens/s of each and the ratio (goal: >= 3x).
@@ -13,7 +22,7 @@
    proxy's app over the same engine; the engine's own counters give its time
    and hop count. Prints the overhead and its ratio to the engine's time.
 
-    .venv/bin/python benchmarks/serving.py [--tokens 48] [--repeats 3]
+    .venv/bin/python benchmarks/serving.py [--levels 1,8,32,64] [--rounds 3] [--other-url URL] [--only throughput]
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -44,6 +54,71 @@ def complete(client: httpx.Client, **body) -> dict:
     r = client.post("/v1/completions", json=body)
     r.raise_for_status()
     return r.json()
+
+
+@dataclass(frozen=True)
+class Target:
+    """An OpenAI-compatible engine serving the default model with adapters ``ROUTES`` under those names."""
+
+    name: str
+    url: str
+
+
+def ensure_adapters(client: httpx.Client, adapters: dict[str, Path]) -> None:
+    listed = {m["id"] for m in client.get("/v1/models").json()["data"]}
+    for name, path in adapters.items():
+        if name not in listed:
+            client.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)}).raise_for_status()
+
+
+def burst(client: httpx.Client, concurrent: int, tokens: int, tag: str) -> float:
+    """Tokens/s of ``concurrent`` greedy completions sent at once (wall time from the first send to the last answer)."""
+    def one(i: int) -> int:
+        # the tag comes first: no request shares a cached prefix with an earlier burst's
+        body = complete(client, model=ROUTES[i % 4], prompt=f"[{tag}-{i}] Write a short note about {TOPICS[i % 8]}.",
+                        max_tokens=tokens, temperature=0, ignore_eos=True)
+        return body["usage"]["completion_tokens"]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrent) as pool:
+        total = sum(pool.map(one, range(concurrent)))
+    return total / (time.perf_counter() - t0)
+
+
+def decode_stats(client: httpx.Client) -> tuple[float, float, float]:
+    m = parse_metrics(client.get("/metrics").text)
+    return (m["mindforge_engine_decode_steps_total"], m["mindforge_engine_batch_size_sum"],
+            m["mindforge_engine_decode_seconds_total"])
+
+
+def throughput(targets: list[Target], levels: list[int], tokens: int, rounds: int) -> None:
+    """Each level on every target in turn, ``rounds`` times (same prompts), medians compared.
+
+    Alternating the targets within a level makes load from other processes on
+    a shared machine hit both alike; the median over rounds drops a round that
+    met a burst of it.
+    """
+    clients = {t.name: httpx.Client(base_url=t.url, timeout=1800) for t in targets}
+    first = targets[0]
+    try:
+        for level in levels:
+            rates: dict[str, list[float]] = {t.name: [] for t in targets}
+            before = decode_stats(clients[first.name])
+            for r in range(rounds):
+                for t in targets:
+                    rates[t.name].append(burst(clients[t.name], level, tokens, tag=f"{level}.{r}"))
+            steps, rows, secs = (a - b for a, b in zip(decode_stats(clients[first.name]), before, strict=True))
+            med = {name: statistics.median(v) for name, v in rates.items()}
+            line = (f"throughput, {level:>2} concurrent x {tokens} tokens: {first.name} {med[first.name]:.1f} tok/s "
+                    f"(mean decode batch {rows / max(steps, 1):.1f}, {secs / max(steps, 1) * 1000:.0f} ms a step)")
+            for t in targets[1:]:
+                line += f"; {t.name} {med[t.name]:.1f} tok/s, ratio {med[first.name] / med[t.name]:.2f}x"
+            if rounds > 1:
+                line += "  [rounds: " + "; ".join(f"{n} {' '.join(f'{x:.0f}' for x in v)}" for n, v in rates.items()) + "]"
+            print(line, flush=True)
+    finally:
+        for c in clients.values():
+            c.close()
 
 
 def batched_vs_sequential(client: httpx.Client, tokens: int) -> tuple[float, float]:
@@ -148,43 +223,65 @@ def proxy_overhead_per_hop(engine_url: str, model_path: Path, adapters: dict[str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokens", type=int, default=48, help="tokens each of the 8 requests generates")
+    ap.add_argument("--levels", default="1,8,32,64", help="concurrent requests of the throughput section")
+    ap.add_argument("--throughput-tokens", type=int, default=64, help="tokens each throughput request generates")
+    ap.add_argument("--other-url", help="a second OpenAI-compatible engine to send the throughput prompts to")
+    ap.add_argument("--other-name", default="other", help="its name in the output")
+    ap.add_argument("--rounds", type=int, default=1, help="times each level runs on each target (medians)")
+    ap.add_argument("--only", choices=("all", "throughput"), default="all", help="run only the throughput section")
+    ap.add_argument("--tokens", type=int, default=48, help="tokens each of the 8 batched/sequential requests generates")
     ap.add_argument("--repeats", type=int, default=3, help="conversations timed for the prefix cache")
     args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
     settings = load_settings()
-    from transformers import AutoTokenizer
-
     from mindforge.engine.registry import resolve_model
 
     model_path = resolve_model(settings.model, settings)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     with tempfile.TemporaryDirectory(prefix="mf-bench-") as tmp:
         adapters = init_adapters(model_path, Path(tmp), ROUTES, settings=settings)
-        with EngineProcess(settings.model, adapters, settings=settings) as eng, \
+        # the batch must hold the largest level, or the throughput section measures the queue
+        with EngineProcess(settings.model, adapters, settings=settings,
+                           extra_args=("--max-batch", str(max(levels)))) as eng, \
                 httpx.Client(base_url=eng.url, timeout=600) as client:
             complete(client, model="L0", prompt="warm up", max_tokens=4)
-            seq_tps, bat_tps = batched_vs_sequential(client, args.tokens)
-            print(f"generation, 8 requests x {args.tokens} tokens: sequential {seq_tps:.1f} tok/s, "
-                  f"batched {bat_tps:.1f} tok/s, ratio {bat_tps / seq_tps:.2f}x (goal >= 3x)")
-            # A forward pass has a fixed cost (every weight is read once) that no cache removes, so the
-            # ratio depends on how long the cached part is: a short chat and an agent-sized system prompt.
-            for size, system_repeats in (("short", 12), ("agent-sized", 60)):
-                runs = []
-                for i in range(args.repeats):  # a fresh twin name each time: its cache starts empty
-                    twin = f"L1-twin-{size}-{i}"
-                    client.post("/v1/load_lora_adapter", json={"lora_name": twin, "lora_path": str(adapters["L1"])})
-                    runs.append(second_turn(client, tokenizer, i + 100 * system_repeats, twin, system_repeats))
-                hit = statistics.median(r[1] for r in runs)
-                miss = statistics.median(r[2] for r in runs)
-                print(f"second-turn prefill, {size}, {len(runs[0][0])} prompt tokens: with prefix cache "
-                      f"{hit * 1000:.0f} ms, without {miss * 1000:.0f} ms, ratio {hit / miss:.2f}x (goal <= 0.3x)")
-            m = parse_metrics(client.get("/metrics").text)
-            print(f"engine: {m['mindforge_engine_prefix_cache_hits_total']:.0f} prefix hits, "
-                  f"{m['mindforge_engine_prefill_tokens_saved_total']:.0f} prefill tokens saved, mean decode batch "
-                  f"{m['mindforge_engine_batch_size_sum'] / max(1, m['mindforge_engine_batch_size_count']):.2f}")
-            overhead, engine_hop = proxy_overhead_per_hop(eng.url, model_path, adapters)
-            print(f"proxy overhead per hop (engine time subtracted): {overhead * 1000:.1f} ms, engine time per hop "
-                  f"{engine_hop * 1000:.0f} ms, overhead/engine {overhead / engine_hop:.3f}x")
+            targets = [Target("embedded", eng.url)]
+            if args.other_url:
+                with httpx.Client(base_url=args.other_url, timeout=600) as other:
+                    ensure_adapters(other, adapters)
+                    complete(other, model="L0", prompt="warm up", max_tokens=4)
+                targets.append(Target(args.other_name, args.other_url))
+            throughput(targets, levels, args.throughput_tokens, args.rounds)
+            if args.only == "all":
+                other_sections(client, eng.url, model_path, adapters, args)
+
+
+def other_sections(client: httpx.Client, engine_url: str, model_path: Path, adapters: dict[str, Path],
+                   args: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    seq_tps, bat_tps = batched_vs_sequential(client, args.tokens)
+    print(f"generation, 8 requests x {args.tokens} tokens: sequential {seq_tps:.1f} tok/s, "
+          f"batched {bat_tps:.1f} tok/s, ratio {bat_tps / seq_tps:.2f}x (goal >= 3x)")
+    # A forward pass has a fixed cost (every weight is read once) that no cache removes, so the
+    # ratio depends on how long the cached part is: a short chat and an agent-sized system prompt.
+    for size, system_repeats in (("short", 12), ("agent-sized", 60)):
+        runs = []
+        for i in range(args.repeats):  # a fresh twin name each time: its cache starts empty
+            twin = f"L1-twin-{size}-{i}"
+            client.post("/v1/load_lora_adapter", json={"lora_name": twin, "lora_path": str(adapters["L1"])})
+            runs.append(second_turn(client, tokenizer, i + 100 * system_repeats, twin, system_repeats))
+        hit = statistics.median(r[1] for r in runs)
+        miss = statistics.median(r[2] for r in runs)
+        print(f"second-turn prefill, {size}, {len(runs[0][0])} prompt tokens: with prefix cache "
+              f"{hit * 1000:.0f} ms, without {miss * 1000:.0f} ms, ratio {hit / miss:.2f}x (goal <= 0.3x)")
+    m = parse_metrics(client.get("/metrics").text)
+    print(f"engine: {m['mindforge_engine_prefix_cache_hits_total']:.0f} prefix hits, "
+          f"{m['mindforge_engine_prefill_tokens_saved_total']:.0f} prefill tokens saved, mean decode batch "
+          f"{m['mindforge_engine_batch_size_sum'] / max(1, m['mindforge_engine_batch_size_count']):.2f}")
+    overhead, engine_hop = proxy_overhead_per_hop(engine_url, model_path, adapters)
+    print(f"proxy overhead per hop (engine time subtracted): {overhead * 1000:.1f} ms, engine time per hop "
+          f"{engine_hop * 1000:.0f} ms, overhead/engine {overhead / engine_hop:.3f}x")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,25 @@ def test_concurrent_requests_are_batched_and_match_sequential_greedy(engine):
     assert singles < steps
 
 
+def test_a_burst_is_prefilled_together_and_metrics_give_rates(engine):
+    before = metrics(engine)
+
+    def run(i: int) -> int:
+        body = complete(engine, model=("L1", "L2", MODEL)[i % 3], prompt=f"Burst {i}: list three fruits.",
+                        max_tokens=6, temperature=0, ignore_eos=True)
+        return body["usage"]["completion_tokens"]
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        assert sum(pool.map(run, range(12))) == 72
+    after = metrics(engine)
+    requests = after["mindforge_engine_requests_total"] - before["mindforge_engine_requests_total"]
+    prefills = after["mindforge_engine_prefill_batches_total"] - before["mindforge_engine_prefill_batches_total"]
+    assert requests == 12 and prefills < requests  # prompts that arrive together share a prefill
+    assert after["mindforge_engine_generation_tokens_per_second"] > 0
+    assert 1 < after["mindforge_engine_mean_decode_batch"] <= 12
+    assert 0 < after["mindforge_engine_decode_step_seconds"] < 10
+
+
 def test_adapters_load_list_and_unload(engine, adapters):
     r = engine.post("/v1/load_lora_adapter", json={"lora_name": "L3", "lora_path": str(adapters["L3"])})
     assert r.status_code == 200, r.text

@@ -240,3 +240,90 @@ def test_importing_the_engine_package_does_not_import_torch():
 
     code = "import sys, mindforge.engine; assert 'torch' not in sys.modules; mindforge.engine.EngineProcess"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------- batched prefill, fused forward, metrics
+def test_concurrent_prompts_are_prefilled_together_and_match_alone(tiny):
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=0)
+    sched._load("A", tiny / "A")
+    sched._load("B", tiny / "B")
+    assert sched.model.uses_fused  # a Llama model: the fused forward serves it
+    prompts = [prompt(sched, f"prompt {i}: " + "xyz " * (2 * i + 1)) for i in range(6)]
+    names = ["A", "B", "tiny"] * 2
+    futures = [sched.submit(GenerationRequest(n, p, SamplingParams(max_tokens=6, temperature=0, logprobs=0)))
+               for n, p in zip(names, prompts, strict=True)]
+    sched.start()  # every request is queued before the first loop: one admission takes them all
+    try:
+        together = [f.result(60).choices[0] for f in futures]
+        assert sched.metrics.counters["prefill_batches_total"] == 1
+        assert sched.metrics.counters["requests_total"] == 6
+        alone = [generate(sched, n, p, max_tokens=6, temperature=0).choices[0]
+                 for n, p in zip(names, prompts, strict=True)]
+    finally:
+        sched.stop()
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    for name, ids, choice in zip(names, prompts, together, strict=True):
+        ref = reference_logprobs(tiny, None if name == "tiny" else name, ids + choice.token_ids)[len(ids) - 1:]
+        assert torch.allclose(torch.tensor(choice.logprobs), ref, atol=1e-4), name
+
+
+def test_chunked_prefill_gives_the_whole_prompt_logits(tiny):
+    from mindforge.engine.model import PrefillJob
+
+    model = EngineModel(tiny / "model")
+    model.load_adapter(tiny / "A")
+    geo = model.geometry
+    ids = [prompt_ids for prompt_ids in (model.tokenizer.encode("a longer prompt that spans chunks " * 3),
+                                         model.tokenizer.encode("and a short one"))]
+
+    def jobs() -> list[PrefillJob]:
+        return [PrefillJob(p, 0, kv.empty_cache(geo.num_layers, geo.kv_heads, geo.head_dim, len(p),
+                                                 dtype=model.dtype, device=model.device), slot)
+                for p, slot in zip(ids, ["s0", "__base__"], strict=True)]
+
+    whole, chunked = jobs(), jobs()
+    logits_whole = model.prefill(whole, chunk=4096)
+    logits_chunked = model.prefill(chunked, chunk=7)  # the first prompt runs in pieces across forwards
+    assert torch.allclose(logits_whole, logits_chunked, atol=1e-5)
+    for a, b in zip(whole, chunked, strict=True):
+        assert torch.allclose(kv.row_from_slabs(a.layers).layers[-1][0], kv.row_from_slabs(b.layers).layers[-1][0],
+                              atol=1e-5)
+    ref = torch.log_softmax(logits_whole[0], -1)
+    expect = reference_logprobs(tiny, "A", ids[0] + [int(ref.argmax())])[-1]
+    assert float(ref.max()) == pytest.approx(float(expect), abs=1e-4)
+
+
+def test_metrics_report_rates_batch_and_step_time(engine):
+    futs = [engine.submit(GenerationRequest("A", prompt(engine, f"rate {i}"),
+                                            SamplingParams(max_tokens=8, ignore_eos=True))) for i in range(4)]
+    for f in futs:
+        f.result(60)
+    m = engine.metrics
+    m.update_rates()
+    assert m.gauges["generation_tokens_per_second"] > 0 and m.gauges["decode_step_seconds"] > 0
+    assert 1 <= m.gauges["mean_decode_batch"] <= 4
+    c = m.counters
+    assert c["decode_seconds_total"] > 0 and c["prefill_seconds_total"] > 0 and c["prefill_batches_total"] >= 1
+    text = m.render()
+    for name in ("generation_tokens_per_second", "mean_decode_batch", "decode_step_seconds", "decode_seconds_total"):
+        assert f"mindforge_engine_{name} " in text
+
+
+def test_rows_that_finish_early_stay_as_dead_rows_without_changing_the_others(tiny):
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=0)
+    sched._load("A", tiny / "A")
+    prompts = [prompt(sched, f"row {i} " + "pq " * i) for i in range(8)]
+    lengths = [3, 12, 12, 5, 12, 12, 12, 12]  # two of eight leave early: a quarter, kept in place
+    reqs = [GenerationRequest("A" if i % 2 else "tiny", p, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+            for i, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
+    futures = [sched.submit(r) for r in reqs]
+    sched.start()
+    try:
+        together = [f.result(60).choices[0].token_ids for f in futures]
+        # live rows only: every decode step adds one token to each of them
+        assert sched.metrics.batch_size.count == 11 and sched.metrics.batch_size.total == sum(lengths) - len(lengths)
+        alone = [generate(sched, r.model, r.prompt_ids, max_tokens=r.params.max_tokens, temperature=0,
+                          ignore_eos=True).choices[0].token_ids for r in reqs]
+    finally:
+        sched.stop()
+    assert together == alone and [len(t) for t in together] == lengths

@@ -17,10 +17,15 @@ forward. The result is peft's ``B(A(x)) * scale`` up to float rounding; the
 engine's parity tests compare against a plain peft forward.
 
 peft's own LoRA computation is switched off on these layers (their
-``disable_adapters`` flag) and a forward hook adds ``delta`` instead.
+``disable_adapters`` flag) and a forward hook adds ``delta`` instead. The
+fused forward (decoder.py) does not run these modules at all; it takes the
+same stacked factors per projection (``factors``) and a mask per token
+(``token_masks``).
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -31,10 +36,17 @@ class UnsupportedAdapter(MindForgeError):
     pass
 
 
+# "....layers.3.self_attn.q_proj" -> (3, "q_proj"): where a LoRA layer sits in a Llama-family model
+_PROJECTION = re.compile(r"\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+_proj)$")
+
+
 class StackedLoRA:
     def __init__(self) -> None:
         self.columns: dict[str, tuple[int, int]] = {}  # slot -> [start, end) in the stacked rank
         self.rank = 0
+        # (layer index, projection name) -> (A_R_in, B_out_R); ``unplaced`` counts LoRA layers elsewhere
+        self.by_projection: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.unplaced = 0
         self._mask: torch.Tensor | None = None
         self._hooked: set[int] = set()
 
@@ -81,6 +93,40 @@ class StackedLoRA:
             if id(m) not in self._hooked:
                 m.register_forward_hook(self._add_delta)
                 self._hooked.add(id(m))
+        self._place(peft_model)
+
+    def _place(self, peft_model) -> None:
+        from peft.tuners.lora import LoraLayer
+
+        self.by_projection, self.unplaced = {}, 0
+        for name, m in peft_model.named_modules():
+            if isinstance(m, LoraLayer):
+                where = _PROJECTION.search(name)
+                if where is None:
+                    self.unplaced += 1
+                else:
+                    self.by_projection[(int(where[1]), where[2])] = (m.mf_lora_A, m.mf_lora_B)
+
+    def factors(self, layer: int, projection: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.by_projection.get((layer, projection))
+
+    def token_masks(self, slots: list[str], counts: list[int] | None, device: torch.device,
+                    dtype: torch.dtype) -> dict[int, torch.Tensor] | None:
+        """Column masks ``{k: [N, k*R]}`` (the row mask repeated k times) for ``counts[i]`` tokens of ``slots[i]``.
+
+        None when no row uses an adapter: the forward then skips every LoRA product.
+        """
+        if self.rank == 0 or not any(s in self.columns for s in slots):
+            return None
+        mask_B_R = torch.zeros((len(slots), self.rank), dtype=dtype)
+        for i, s in enumerate(slots):
+            if s in self.columns:
+                lo, hi = self.columns[s]
+                mask_B_R[i, lo:hi] = 1
+        if counts is not None:
+            mask_B_R = mask_B_R.repeat_interleave(torch.tensor(counts), dim=0)
+        mask_N_R = mask_B_R.to(device)
+        return {k: mask_N_R.repeat(1, k) if k > 1 else mask_N_R for k in (1, 2, 3)}
 
     def set_rows(self, slots: list[str], device: torch.device, dtype: torch.dtype) -> None:
         """Use ``slots`` (one per batch row; unknown slots mean the base) for the next forward."""

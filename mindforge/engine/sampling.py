@@ -9,11 +9,15 @@ Greedy decoding (temperature 0) has no distribution to speak of; it reports
 the model's own log-softmax (temperature 1), the number a caller can use.
 
 Every choice owns a ``torch.Generator``: a request with a ``seed`` draws the
-same tokens whatever else shares its batch.
+same tokens whatever else shares its batch. ``draw_batch`` takes a whole
+batch's logits: greedy rows share one log-softmax and one argmax (per-row
+calls cost more than the step's attention at large batches); sampled rows
+draw one by one, each from its own generator.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -75,9 +79,30 @@ def draw(logits_V: torch.Tensor, params: SamplingParams, generator: torch.Genera
         token = int(torch.argmax(logp_V))
     else:
         token = int(torch.multinomial(logp_V.exp(), 1, generator=generator))
-    top: tuple[tuple[int, float], ...] = ()
-    if params.logprobs:
-        k = min(params.logprobs, logp_V.shape[-1])
-        values_K, ids_K = torch.topk(logp_V, k)
-        top = tuple((int(i), float(v)) for i, v in zip(ids_K.tolist(), values_K.tolist(), strict=True))
-    return Draw(token, float(logp_V[token]), top)
+    return Draw(token, float(logp_V[token]), _top(logp_V, params.logprobs))
+
+
+def draw_batch(logits_B_V: torch.Tensor, params: Sequence[SamplingParams],
+               generators: Sequence[torch.Generator]) -> list[Draw]:
+    """``draw`` for every row; the same tokens and logprobs, greedy rows computed together."""
+    draws: list[Draw | None] = [None] * len(params)
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    if greedy:
+        # an all-greedy batch (the common case) needs no gathered copy of the logits
+        chosen = logits_B_V if len(greedy) == len(params) else logits_B_V[greedy]
+        logp_G_V = torch.log_softmax(chosen.float(), dim=-1)
+        tokens_G = torch.argmax(logp_G_V, dim=-1)
+        logprobs = logp_G_V.gather(1, tokens_G[:, None])[:, 0].tolist()
+        for g, (i, token, logprob) in enumerate(zip(greedy, tokens_G.tolist(), logprobs, strict=True)):
+            draws[i] = Draw(token, logprob, _top(logp_G_V[g], params[i].logprobs))
+    for i, p in enumerate(params):
+        if draws[i] is None:
+            draws[i] = draw(logits_B_V[i], p, generators[i])
+    return draws
+
+
+def _top(logp_V: torch.Tensor, k: int | None) -> tuple[tuple[int, float], ...]:
+    if not k:
+        return ()
+    values_K, ids_K = torch.topk(logp_V, min(k, logp_V.shape[-1]))
+    return tuple((int(i), float(v)) for i, v in zip(ids_K.tolist(), values_K.tolist(), strict=True))

@@ -1,15 +1,16 @@
 """Continuous batching: one thread owns the model and interleaves prefills with decode steps.
 
 Loop: take new work from the queue (requests and adapter loads/unloads),
-prefill admitted requests one at a time (each reusing the longest prefix the
-prefix cache holds for its adapter slot), then run one decode step over
-every running choice, adapters mixed in the batch (peft applies each row's
-adapter). A finished choice leaves the batch before the next step and its
+prefill the admitted requests together in one batched, chunked prefill (each
+reusing the longest prefix the prefix cache holds for its adapter slot),
+then run one decode step over every running choice, adapters mixed in the
+batch. A finished choice leaves the batch before the next step and its
 whole sequence (prompt and answer) goes into the prefix cache, so the next
 turn of the same conversation prefills only its new tokens.
 
 A request that arrives while others decode waits at most one decode step
-plus the prefills admitted ahead of it. ``n`` choices share one prefill: the
+plus the prefill it is admitted with (``prefill_budget`` prompt tokens
+bound how much prefill one loop iteration takes on). ``n`` choices share one prefill: the
 prompt's keys/values are copied into ``n`` rows when they join.
 
 Adapter loads and unloads run on this thread between steps; an unloaded
@@ -28,13 +29,11 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from mindforge.engine import kv
 from mindforge.engine.metrics import Metrics
-from mindforge.engine.model import BASE_SLOT, EngineModel
+from mindforge.engine.model import BASE_SLOT, EngineModel, PrefillJob
 from mindforge.engine.prefix_cache import PrefixCache
-from mindforge.engine.sampling import draw, make_generator
+from mindforge.engine.sampling import draw_batch, make_generator
 from mindforge.engine.sequence import GenerationRequest, GenerationResult, Row, UnknownModel
 from mindforge.errors import MindForgeError
 
@@ -178,29 +177,28 @@ class Scheduler:
             self._retired_slots.remove(slot)
 
     def _admit(self) -> list[Row]:
-        joining: list[Row] = []
+        """Take the waiting requests that fit the batch and the prefill budget, and prefill them together."""
+        jobs: list[tuple[GenerationRequest, object, PrefillJob]] = []
         budget = self.prefill_budget
+        active = sum(r.finish_reason is None for r in self._rows)
         while self._waiting and budget > 0:
             req = self._waiting[0]
             if req.future.cancelled():
                 self._waiting.popleft()
                 continue
-            active = sum(r.finish_reason is None for r in self._rows) + len(joining)
             if active and active + req.params.n > self.max_batch:
                 break
             self._waiting.popleft()
             try:
-                rows, cost = self._prefill(req)
+                cache_key, job = self._prepare(req)
             except Exception as exc:  # noqa: BLE001 - the request fails, the engine keeps serving
                 self.metrics.inc("request_errors_total")
                 resolve(req.future, error=exc)
                 continue
-            budget -= cost
-            joining += [r for r in rows if r.finish_reason is None]
-            for r in rows:
-                if r.finish_reason is not None:
-                    self._finish(r, None)
-        return joining
+            jobs.append((req, cache_key, job))
+            budget -= len(job.ids) - job.start
+            active += req.params.n
+        return self._prefill(jobs) if jobs else []
 
     def _slot_for(self, name: str) -> tuple[str, object]:
         if name == self.base_name:
@@ -210,9 +208,9 @@ class Scheduler:
             raise UnknownModel(name, self.known_models())
         return info.slot, info.slot
 
-    def _prefill(self, req: GenerationRequest) -> tuple[list[Row], int]:
+    def _prepare(self, req: GenerationRequest) -> tuple[object, PrefillJob]:
+        """The request's slabs, starting with the longest prefix the cache holds for its adapter."""
         slot, cache_key = self._slot_for(req.model)
-        t0 = time.perf_counter()
         ids = req.prompt_ids
         m = self.model
         geo = m.geometry
@@ -227,27 +225,59 @@ class Scheduler:
         else:
             layers = kv.empty_cache(geo.num_layers, geo.kv_heads, geo.head_dim, len(ids), dtype=m.dtype,
                                     device=m.device)
-        new_1_T = torch.tensor([ids[p:]], device=m.device)
-        mask_1_K = torch.ones((1, len(ids)), dtype=torch.long, device=m.device)
-        pos_1_T = torch.arange(p, len(ids), device=m.device)[None]
-        logits_1_V = m.forward(new_1_T, mask_1_K, pos_1_T, layers, [slot])
-        prompt_kv = kv.row_from_slabs(layers)
-        self.cache.insert(cache_key, ids, prompt_kv)
-        req.started_at, req.cached_tokens, req.prefill_s = t0, p, time.perf_counter() - t0
-        rows = []
-        for i in range(req.params.n):
-            seed = None if req.params.seed is None else req.params.seed + i
-            row = Row(req, i, slot, cache_key, make_generator(seed, m.device))
-            row.append(draw(logits_1_V[0], req.params, row.generator), m.tokenizer, m.eos_ids, geo.max_positions)
-            row.prompt_kv = prompt_kv
-            rows.append(row)
+        req.cached_tokens = p
+        return cache_key, PrefillJob(list(ids), p, layers, slot)
+
+    def _prefill(self, jobs: list[tuple[GenerationRequest, object, PrefillJob]]) -> list[Row]:
+        """One batched prefill for ``jobs``, then each request's first token for each of its ``n`` choices."""
+        m = self.model
+        t0 = time.perf_counter()
+        try:
+            logits_J_V = m.prefill([job for _, _, job in jobs])
+        except Exception as exc:
+            log.exception("prefill failed")
+            for req, _, _ in jobs:
+                self.metrics.inc("request_errors_total")
+                resolve(req.future, error=exc)
+            return []
+        rows, which = [], []
+        for j, (req, cache_key, job) in enumerate(jobs):
+            prompt_kv = kv.row_from_slabs(job.layers)
+            self.cache.insert(cache_key, job.ids, prompt_kv)
+            for i in range(req.params.n):
+                seed = None if req.params.seed is None else req.params.seed + i
+                rows.append(Row(req, i, job.slot, cache_key, make_generator(seed, m.device), prompt_kv=prompt_kv))
+                which.append(j)
+        draws = draw_batch(logits_J_V[which], [r.params for r in rows], [r.generator for r in rows])
+        for row, d in zip(rows, draws, strict=True):
+            row.append(d, m.tokenizer, m.eos_ids, m.geometry.max_positions)
+        elapsed = time.perf_counter() - t0
+        for req, _, _ in jobs:
+            req.started_at, req.prefill_s = t0, elapsed
         self.metrics.inc("generated_tokens_total", len(rows))
-        return rows, len(ids) - p
+        self.metrics.inc("prefill_seconds_total", elapsed)
+        self.metrics.inc("prefill_batches_total")
+        for r in rows:
+            if r.finish_reason is not None:
+                self._finish(r, None)
+        return [r for r in rows if r.finish_reason is None]
+
+    @staticmethod
+    def _live(row: Row) -> bool:
+        return row.finish_reason is None and not row.request.future.cancelled()
 
     def _regroup(self, joining: list[Row]) -> None:
-        """Drop finished or abandoned rows and add the joining ones: one slab rebuild per change."""
-        keep = [i for i, r in enumerate(self._rows) if r.finish_reason is None and not r.request.future.cancelled()]
-        if not joining and len(keep) == len(self._rows):
+        """Add the joining rows and drop finished or abandoned ones: one slab rebuild per change.
+
+        Rows that leave while none join stay in place as dead rows (computed,
+        never read) until they are a quarter of the batch or no row is live: a
+        rebuild copies every row's keys/values, which costs about a decode step
+        at a full batch, so one per departing row would cost more than the
+        wasted rows do.
+        """
+        keep = [i for i, r in enumerate(self._rows) if self._live(r)]
+        dead = len(self._rows) - len(keep)
+        if not joining and (dead == 0 or (keep and dead * 4 <= len(self._rows))):
             return
         joining_kv = [r.prompt_kv for r in joining]
         for r in joining:
@@ -258,19 +288,24 @@ class Scheduler:
     def _step(self) -> None:
         m = self.model
         batch = self._batch
-        assert batch is not None and batch.size == len(self._rows)
-        ids_B_1 = torch.tensor([[r.last_token] for r in self._rows], device=m.device)
-        mask_B_K, pos_B_1 = batch.decode_inputs(m.device)
-        logits_B_V = m.forward(ids_B_1, mask_B_K, pos_B_1, batch.layers, [r.slot for r in self._rows])
+        rows = self._rows
+        assert batch is not None and batch.size == len(rows)
+        t0 = time.perf_counter()
+        logits_B_V = m.decode([r.last_token for r in rows], batch, [r.slot for r in rows])
         batch.advance()
-        self.metrics.inc("decode_steps_total")
-        self.metrics.batch_size.observe(len(self._rows))
-        self.metrics.inc("generated_tokens_total", len(self._rows))
-        for i, row in enumerate(self._rows):
-            row.append(draw(logits_B_V[i], row.params, row.generator), m.tokenizer, m.eos_ids,
-                       m.geometry.max_positions)
+        draws = draw_batch(logits_B_V, [r.params for r in rows], [r.generator for r in rows])
+        live, finished = 0, []
+        for i, (row, d) in enumerate(zip(rows, draws, strict=True)):
+            if not self._live(row):  # a dead row waiting for the next rebuild
+                continue
+            live += 1
+            row.append(d, m.tokenizer, m.eos_ids, m.geometry.max_positions)
             if row.finish_reason is not None:
-                self._finish(row, i)
+                finished.append(i)
+        # counted before any caller is answered: a caller that reads the metrics sees its own last step
+        self.metrics.decode_step(live, time.perf_counter() - t0)
+        for i in finished:
+            self._finish(rows[i], i)
 
     def _finish(self, row: Row, batch_index: int | None) -> None:
         """Cache the row's sequence (all but the last token have keys/values) and answer when all choices are in."""
@@ -305,8 +340,9 @@ class Scheduler:
 
     def _update_gauges(self) -> None:
         g = self.metrics.set
-        g("running_sequences", len(self._rows))
+        g("running_sequences", sum(map(self._live, self._rows)))
         g("waiting_requests", len(self._waiting) + self._inbox.qsize())
         g("prefix_cache_tokens", self.cache.tokens)
         g("prefix_cache_entries", len(self.cache))
         g("adapters_loaded", len(self.adapters))
+        self.metrics.update_rates()
