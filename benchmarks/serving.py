@@ -238,7 +238,7 @@ def main() -> None:
 
     model_path = resolve_model(settings.model, settings)
     with tempfile.TemporaryDirectory(prefix="mf-bench-") as tmp:
-        adapters = init_adapters(model_path, Path(tmp), ROUTES, settings=settings)
+        adapters = init_adapters(model_path, Path(tmp), ROUTES)
         # the batch must hold the largest level, or the throughput section measures the queue
         with EngineProcess(settings.model, adapters, settings=settings,
                            extra_args=("--max-batch", str(max(levels)))) as eng, \

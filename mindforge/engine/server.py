@@ -191,13 +191,12 @@ async def _generate(sched: Scheduler, request: GenerationRequest):
         raise ApiError(404, f"model: {exc}", param="model", kind="not_found_error", code="model_not_found") from None
 
 
-def build_engine(model: str | Path, adapters: Mapping[str, Path], *, settings: Settings | None = None,
+def build_engine(model: str | Path, adapters: Mapping[str, Path], *, settings: Settings,
                  device: str | None = None, served_name: str | None = None, max_batch: int = 32,
                  prefix_cache_tokens: int = 32768) -> Engine:
     """Resolve the model, load it and the named adapters, start the scheduler thread."""
     from mindforge.engine.registry import resolve_model
 
-    settings = settings or Settings()
     folder = resolve_model(model, settings)
     name = served_name or (settings.model if str(model) == settings.model else Path(folder).name)
     em = EngineModel(folder, device=device)
