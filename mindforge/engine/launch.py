@@ -76,12 +76,12 @@ class EngineProcess:
         return cmd + list(self.extra_args)
 
     def start(self) -> EngineProcess:
-        # Pull or check the model here, where an error is readable, not in the child's log.
-        resolve_model(self.model, self.settings)
         if self.backend == "vllm":
             from mindforge.engine.vllm_backend import vllm_python
 
             vllm_python()  # a missing .venv-vllm is named here, with the command that installs it
+        # Pull or check the model here, where an error is readable, not in the child's log.
+        resolve_model(self.model, self.settings)
         self._tmp = tempfile.TemporaryDirectory(prefix="mf-engine-")
         port_file = Path(self._tmp.name) / "port"
         log_path = self.log_path or Path(self._tmp.name) / "engine.log"

