@@ -23,10 +23,6 @@ from mindforge.tasks.models import Task
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
 
 MODEL = "smollm2-135m-instruct"
-SHORT = [  # greedy and short: every token costs on two shared cores
-    {"op": "replace", "path": "/provider/sampling/answer/max_tokens", "value": 8},
-    {"op": "replace", "path": "/provider/sampling/answer/temperature", "value": 0.0},
-]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +34,7 @@ def vllm(tmp_path_factory):
     from mindforge.engine import EngineProcess
     from mindforge.engine.registry import init_adapters
 
-    hcp = make_hcp(SHORT)
+    hcp = make_hcp()  # the default HCP; the turn below caps its answer at 8 tokens
     folders = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"))
     adapters = {hcp.served_adapter(r): p for r, p in folders.items()}
     t0 = time.monotonic()
