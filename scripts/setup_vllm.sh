@@ -38,9 +38,11 @@ for pkg in torchvision torchaudio torchcodec; do
   fi
 done
 # The `vllm` console script cannot find its distribution metadata; the module works.
-if ! "$VENV/bin/python" -c 'import vllm.entrypoints.openai.api_server' >/dev/null 2>&1; then
+# One import (vLLM's takes tens of seconds on two busy cores) checks the server module and reports versions.
+if ! versions=$("$VENV/bin/python" -c 'import vllm.entrypoints.openai.api_server, vllm, torch
+print(f"vllm {vllm.__version__}, torch {torch.__version__}")' 2>/dev/null); then
   say "vLLM does not import; see: $VENV/bin/python -c 'import vllm.entrypoints.openai.api_server'"
   exit 1
 fi
-say "vllm $("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)'), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+say "$versions"
 say "$VENV: $(du -sh "$VENV" | cut -f1) on disk; this step took $(( $(date +%s) - t0 )) s"
