@@ -9,8 +9,10 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 # Full-size acceptance runs take tens of minutes on two CPU cores; `make test` leaves them out.
 PYTEST_ARGS ?= -m "not acceptance"
 
+# `make setup VLLM=1` also installs vLLM's CPU build into .venv-vllm (scripts/setup_vllm.sh).
+VLLM ?=
 setup:
-	bash scripts/setup.sh
+	VLLM=$(VLLM) bash scripts/setup.sh
 
 demo: setup
 	$(BIN)/python scripts/demo.py

@@ -7,6 +7,7 @@
 #   - the Docker engine (Debian docker.io), dockerd started when not running
 #   - Prefect telemetry off
 #   - the sandbox image and the default model
+#   - with VLLM=1: vLLM's CPU build in .venv-vllm (scripts/setup_vllm.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -83,4 +84,9 @@ say "sandbox image"
 "$MF" sandbox build
 say "default model"
 "$MF" model pull
+
+# 5. vLLM, on request: its own environment (it pins a transformers we do not use)
+if [ -n "${VLLM:-}" ] && [ "${VLLM}" != 0 ]; then
+  bash "$ROOT/scripts/setup_vllm.sh"
+fi
 say "ready"

@@ -281,3 +281,31 @@ def test_mindforge_serve_process_over_the_engine(engine, tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_an_engine_lacking_the_hcps_adapters_is_named(engine, capsys) -> None:
+    """/health is a 503 naming what the engine lacks; a turn that needs it says so without the names."""
+    lacking = [*SMALL, {"op": "replace", "path": "/router/routes/L0/served_adapter", "value": "mf-L0-v0099"},
+               {"op": "replace", "path": "/router/routes/L3/served_adapter", "value": "mf-L3-v0099"}]
+    hcp = make_hcp(lacking)
+    harness = open_harness(hcp, engine.url, model_path(), client=EngineClient(engine.url, backoff_s=0.01))
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(harness, api_key=None)),
+                             base_url="http://p")
+    health = asyncio.run(http.get("/health"))
+    upstream = health.json()["upstream"]
+    assert health.status_code == 503 and upstream["missing_adapters"] == ["mf-L0-v0099", "mf-L3-v0099"]
+    assert "does not serve 2 adapter(s)" in upstream["error"] and "L0, L3" in upstream["error"]
+    # the route hop asks for L0's adapter, so every turn fails: the 502 says why, by count
+    resp = asyncio.run(http.post("/v1/chat/completions",
+                                 json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]}))
+    message = resp.json()["error"]["message"]
+    assert resp.status_code == 502 and "does not serve 2 of the 4 adapters" in message, message
+    assert "mf-L" not in message and "not served here" not in message
+    from mindforge.cli.serve import _say_upstream_state  # what `mindforge serve` prints at start
+
+    _say_upstream_state(harness)
+    assert "mf-L0-v0099, mf-L3-v0099" in capsys.readouterr().err
+    served = open_harness(make_hcp(SMALL), engine.url, model_path(), client=EngineClient(engine.url))
+    ok = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(served, api_key=None)), base_url="http://p")
+    health = asyncio.run(ok.get("/health"))
+    assert health.status_code == 200 and health.json()["upstream"]["missing_adapters"] == []

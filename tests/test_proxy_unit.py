@@ -155,7 +155,7 @@ def test_bad_input_is_a_clear_error_and_the_server_keeps_serving(r) -> None:
         assert health.status_code == 503 and health.json()["upstream"]["ok"] is False
         assert "ConnectError" in health.json()["upstream"]["error"]
         eng.down = False
-        assert (await http.get("/health")).json()["upstream"] == {"ok": True, "error": None}
+        assert (await http.get("/health")).json()["upstream"] == {"ok": True, "error": None, "missing_adapters": []}
         eng.refuse = "adapter 'mf-L1-v0000' is not loaded (loaded: mf-L0-v0000, mf-L2-v0000)"
         refused = await http.post("/v1/chat/completions", headers=auth, json={
             "model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x"}]})

@@ -1,4 +1,4 @@
-"""`mindforge engine serve`: the embedded multi-LoRA engine (also `python -m mindforge.engine serve`)."""
+"""`mindforge engine serve`: the embedded multi-LoRA engine or vLLM (also `python -m mindforge.engine serve`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
 from mindforge.errors import InputError
 
 app = typer.Typer(help="The embedded OpenAI-compatible multi-LoRA engine.", no_args_is_help=True)
@@ -72,9 +72,21 @@ def serve(
         "--prefix-cache-tokens", min=0, help="Tokens the prefix KV cache may hold (all adapters).")] = 32768,
     exit_with_parent: Annotated[bool, typer.Option(
         "--exit-with-parent", help="Shut down when the process that started this one dies.")] = False,
+    backend: Annotated[str, typer.Option(
+        "--backend", help="embedded (this package's engine) or vllm (vLLM from .venv-vllm: make setup VLLM=1).",
+        **choices("embedded", "vllm"))] = "embedded",
+    max_loras: Annotated[int, typer.Option(
+        "--max-loras", min=1, help="vllm only: adapters batched together.")] = 4,
+    max_lora_rank: Annotated[int, typer.Option(
+        "--max-lora-rank", min=1, help="vllm only: the largest adapter rank served.")] = 8,
 ) -> None:
     """Serve a base model and named LoRA adapters over the vLLM-compatible HTTP API."""
     import logging
+
+    if backend == "vllm":
+        _serve_vllm(model, adapter or [], host, port, port_file, served_model_name, exit_with_parent,
+                    max_loras, max_lora_rank)
+        return
 
     from mindforge.engine.server import build_engine
     from mindforge.engine.server import serve as run_server
@@ -88,3 +100,28 @@ def serve(
     engine = build_engine(model or settings.model, adapters, settings=settings, device=device,
                           served_name=served_model_name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens)
     run_server(engine, host or settings.host, settings.engine_port if port is None else port, port_file)
+
+
+def _serve_vllm(model: str | None, adapter_specs: list[str], host: str | None, port: int | None,
+                port_file: Path | None, served_model_name: str | None, exit_with_parent: bool,
+                max_loras: int, max_lora_rank: int) -> None:
+    from mindforge.engine import vllm_backend as vb
+    from mindforge.engine.registry import resolve_model
+    from mindforge.settings import load_settings
+
+    settings = load_settings()
+    python = vb.vllm_python()  # first: a missing vLLM is the error to read, not a model download
+    name = model or settings.model
+    folder = resolve_model(name, settings)
+    # A registry name is served under that name (as the embedded engine does); a folder under its own name.
+    served = served_model_name or (folder.name if Path(name).expanduser().exists() else name)
+    bind = host or settings.host
+    chosen = settings.engine_port if port is None else port
+    chosen = chosen or vb.free_port(bind)
+    adapters = parse_adapters(adapter_specs)
+    cmd = vb.vllm_command(python, folder, served, adapters, host=bind, port=chosen, max_loras=max_loras,
+                          max_lora_rank=max_lora_rank)
+    if exit_with_parent:
+        watch_parent()
+    url_host = f"[{bind}]" if ":" in bind else bind
+    raise typer.Exit(vb.serve_vllm(cmd, vb.vllm_env(), f"http://{url_host}:{chosen}", chosen, port_file))

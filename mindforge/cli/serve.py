@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mindforge.cli._common import user_errors
 from mindforge.errors import InputError
+
+if TYPE_CHECKING:
+    from mindforge.harness.harness import Harness
 
 
 def is_loopback(host: str) -> bool:
@@ -87,6 +90,27 @@ def serve(
     model_path = resolve_model(model or doc.provider.model, settings)
     harness = open_harness(doc, url, model_path, client=EngineClient(url, api_key=engine_key))
     app = create_app(harness, public_model=public_model, api_key=key)
+    _say_upstream_state(harness)
     print(f"mindforge proxy on http://{bind}:{settings.proxy_port if port is None else port} -> {url}"
           f" ({'key required' if key else 'no key, loopback only'})", flush=True)
     uvicorn.run(app, host=bind, port=settings.proxy_port if port is None else port, log_level="info")
+
+
+def _say_upstream_state(harness: Harness) -> None:
+    """At start, say whether the upstream can serve the HCP; serve either way.
+
+    The engine may be started after the proxy, or be handed the adapters later
+    (Update's /v1/load_lora_adapter), so this warns instead of refusing; /health
+    answers 503 with the same words until it can.
+    """
+    import asyncio
+    import sys
+
+    from mindforge.harness.proxy import upstream_check
+
+    problem, _ = asyncio.run(upstream_check(harness))
+    if problem is None:
+        print("upstream: serves every adapter the HCP routes to", flush=True)
+    else:
+        print(f"warning: upstream cannot serve this HCP yet: {problem}; /health answers 503 until it can",
+              file=sys.stderr, flush=True)

@@ -1,4 +1,8 @@
-"""Start the embedded engine in a child process and wait until it answers.
+"""Start an engine (embedded or vLLM) in a child process and wait until it answers.
+
+Both backends run as ``mindforge engine serve [--backend vllm]``: for vLLM
+that process runs vLLM's server from ``.venv-vllm`` and keeps the same
+port-file contract, so everything below is the same for both.
 
 The child binds its socket itself (``--port 0`` picks a free port with no
 race between choosing and binding) and writes the bound port to a file; the
@@ -17,6 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 import httpx
 
@@ -32,18 +37,26 @@ class EngineStartError(MindForgeError):
 
 
 class EngineProcess:
-    """``with EngineProcess(model, {"L0": path, ...}) as eng: httpx.get(eng.url + "/health")``."""
+    """``with EngineProcess(model, {"L0": path, ...}) as eng: httpx.get(eng.url + "/health")``.
+
+    ``backend="vllm"`` serves with vLLM instead; ``startup_timeout_s`` then
+    defaults to 900 s (vLLM takes minutes to start on two busy cores).
+    """
 
     def __init__(self, model: str | Path, adapters: Mapping[str, Path] | None = None, *, host: str = "127.0.0.1",
                  port: int = 0, settings: Settings | None = None, log_path: Path | None = None,
-                 startup_timeout_s: float = 300.0, extra_args: tuple[str, ...] = ()):
+                 startup_timeout_s: float | None = None, extra_args: tuple[str, ...] = (),
+                 backend: Literal["embedded", "vllm"] = "embedded"):
+        if backend not in ("embedded", "vllm"):
+            raise ValueError(f"backend: {backend!r}, expected 'embedded' or 'vllm'")
+        self.backend = backend
         self.model = model
         self.adapters = dict(adapters or {})
         self.host = host
         self.port = port
         self.settings = settings or Settings()
         self.log_path = Path(log_path) if log_path else None
-        self.startup_timeout_s = startup_timeout_s
+        self.startup_timeout_s = startup_timeout_s or (900.0 if backend == "vllm" else 300.0)
         self.extra_args = extra_args
         self.proc: subprocess.Popen | None = None
         self.url: str = ""
@@ -54,6 +67,8 @@ class EngineProcess:
         cmd = [sys.executable, "-m", "mindforge.engine", "serve", "--model", str(self.model),
                "--host", self.host, "--port", str(self.port), "--port-file", str(port_file),
                "--exit-with-parent"]
+        if self.backend == "vllm":
+            cmd += ["--backend", "vllm"]
         if str(self.model) == self.settings.model:
             cmd += ["--served-model-name", self.settings.model]
         for name, path in self.adapters.items():
@@ -61,6 +76,10 @@ class EngineProcess:
         return cmd + list(self.extra_args)
 
     def start(self) -> EngineProcess:
+        if self.backend == "vllm":
+            from mindforge.engine.vllm_backend import vllm_python
+
+            vllm_python()  # a missing .venv-vllm is named here, with the command that installs it
         # Pull or check the model here, where an error is readable, not in the child's log.
         resolve_model(self.model, self.settings)
         self._tmp = tempfile.TemporaryDirectory(prefix="mf-engine-")

@@ -11,7 +11,9 @@ training rollouts run.
 Invariants: adapter names never appear in an answer (bodies are built by
 ``wire`` from the turn's answer, calls and token counts only); every error is
 an OpenAI-style body naming the field, and no request can stop the server; an
-engine that is down is a 502 with the reason. A key is required on every
+engine that is down is a 502 with the reason. An engine that lacks adapters
+the HCP routes to makes ``/health`` a 503 naming them (the operator's view),
+and a turn that fails on it a 502 that says so by count. A key is required on every
 ``/v1`` route unless the app was built with ``api_key=None``, which the CLI
 allows only on a loopback address with ``--allow-unauthenticated``.
 """
@@ -91,15 +93,24 @@ def create_app(harness: Harness, *, public_model: str | None = None, api_key: st
                                              code="invalid_api_key", kind="authentication_error"))
         try:
             return await call_next(request)
+        except EngineError as exc:
+            # Scrubbed, the engine's "model 'mf-L1@v2' is not served" reads as nonsense; say what is wrong.
+            missing = await missing_adapters(state.harness)
+            if missing:
+                return _error(wire.WireError(502, _missing_words(state.harness, missing, for_client=True),
+                                             code="engine_error", kind="api_error"))
+            return _error(state.scrub(_as_wire(exc)))
         except Exception as exc:  # noqa: BLE001 - one bad request must never stop the server
             return _error(state.scrub(_as_wire(exc)))
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        reason = await _upstream_problem(state.harness)
+        reason, missing = await upstream_check(state.harness)
         body = {"status": "ok" if reason is None else "degraded", "model": state.public_model,
-                "turns": state.turns, "upstream": {"ok": reason is None, "error": reason}}
-        # 503 when the engine is down, so a load balancer stops sending turns that can only fail
+                "turns": state.turns, "upstream": {"ok": reason is None, "error": reason,
+                                                   "missing_adapters": missing}}
+        # 503 when the engine is down or cannot serve the HCP, so a load balancer stops sending
+        # turns that can only fail
         return JSONResponse(body, status_code=200 if reason is None else 503)
 
     @app.get("/v1/models")
@@ -184,6 +195,54 @@ async def _upstream_problem(harness: Harness, timeout_s: float = 5.0) -> str | N
     if resp.status_code != 200:
         return f"engine at {client.base_url} answered /health with HTTP {resp.status_code}"
     return None
+
+
+async def upstream_check(harness: Harness) -> tuple[str | None, list[str]]:
+    """(why the upstream cannot serve this HCP, or None; the adapter names it lacks)."""
+    reason = await _upstream_problem(harness)
+    missing = await missing_adapters(harness) if reason is None else None
+    if missing:
+        reason = _missing_words(harness, missing)
+    return reason, missing or []
+
+
+async def missing_adapters(harness: Harness, timeout_s: float = 5.0) -> list[str] | None:
+    """The served adapters the HCP routes to that the engine's ``/v1/models`` does not list.
+
+    ``None`` when the engine cannot be asked (down, or no ``/v1/models``): that is
+    ``_upstream_problem``'s to report, not a verdict on the adapters.
+    """
+    client = harness.client
+    headers = {"Authorization": f"Bearer {client.api_key}"} if client.api_key else {}
+    try:
+        async with httpx.AsyncClient(base_url=client.base_url, timeout=timeout_s, transport=client.transport,
+                                     headers=headers) as http:
+            resp = await http.get("/v1/models")
+        served = {m.get("id") for m in resp.json().get("data", [])} if resp.status_code == 200 else None
+    except Exception:  # noqa: BLE001 - a probe reports, it never fails the request that asked
+        served = None
+    if served is None:
+        return None
+    wanted = needed_adapters(harness)
+    return sorted(name for name in set(wanted.values()) if name not in served)
+
+
+def needed_adapters(harness: Harness) -> dict[str, str]:
+    """Route -> the engine-side adapter name every hop of that route asks for."""
+    hcp = harness.hcp
+    return {route: hcp.served_adapter(route) for route in hcp.router.routes}
+
+
+def _missing_words(harness: Harness, missing: list[str], *, for_client: bool = False) -> str:
+    wanted = needed_adapters(harness)
+    url = harness.client.base_url
+    if for_client:  # adapter names never reach a client: a count, and where the names are
+        return (f"the engine behind this server does not serve {len(missing)} of the "
+                f"{len(set(wanted.values()))} adapters this model routes to; its operator sees which in /health")
+    routes = sorted(r for r, name in wanted.items() if name in missing)
+    return (f"engine at {url} does not serve {len(missing)} adapter(s) the HCP routes to: "
+            f"{', '.join(missing)} (route(s) {', '.join(routes)}); load them into the engine "
+            f"(/v1/load_lora_adapter or --adapter NAME=PATH) or point --upstream at one that serves them")
 
 
 async def _json(request: Request) -> Any:

@@ -1,0 +1,85 @@
+"""vLLM as the engine, for real, on the CPU: started by EngineProcess(backend="vllm").
+
+One vLLM server for the module (it takes minutes to start on two busy cores):
+its /v1/models lists the adapters it was given, it answers token-id
+completions with logprobs and token ids (what rollouts need), it loads a new
+adapter at runtime (Update's hand-off), and a harness turn runs through it.
+Skipped where .venv-vllm is absent (`make setup VLLM=1` installs it; CI does not yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from harness_fakes import make_hcp, model_path, renderer
+
+from mindforge.engine.vllm_backend import VllmMissing, vllm_python
+from mindforge.harness import open_harness, task_runner
+from mindforge.tasks.models import Task
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
+
+MODEL = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    try:
+        vllm_python()
+    except VllmMissing as exc:
+        pytest.skip(str(exc))
+    from mindforge.engine import EngineProcess
+    from mindforge.engine.registry import init_adapters
+
+    hcp = make_hcp()  # the default HCP; the turn below caps its answer at 8 tokens
+    folders = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"))
+    adapters = {hcp.served_adapter(r): p for r, p in folders.items()}
+    t0 = time.monotonic()
+    with EngineProcess(MODEL, adapters, backend="vllm") as eng:
+        print(f"\nvLLM answered /health {time.monotonic() - t0:.1f} s after start")
+        yield eng, hcp, adapters
+
+
+def completion(url: str, model: str, prompt_ids: list[int]) -> dict:
+    body = {"model": model, "prompt": prompt_ids, "max_tokens": 4, "temperature": 0.0, "logprobs": 0,
+            "return_token_ids": True}
+    resp = httpx.post(url + "/v1/completions", json=body, timeout=600)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["choices"][0]
+
+
+def test_vllm_serves_the_adapters_with_token_ids_and_loads_new_ones(vllm, tmp_path) -> None:
+    from mindforge.engine.registry import init_adapters
+
+    eng, _, adapters = vllm
+    served = {m["id"] for m in httpx.get(eng.url + "/v1/models", timeout=30).json()["data"]}
+    assert {MODEL, *adapters} <= served, served
+    ids = list(renderer().encode("The capital of France is"))
+    choice = completion(eng.url, next(iter(adapters)), ids)
+    assert choice["prompt_token_ids"] == ids and len(choice["token_ids"]) == 4
+    assert len(choice["logprobs"]["token_logprobs"]) == 4
+    assert all(lp <= 0.0 for lp in choice["logprobs"]["token_logprobs"])
+    # Update's hand-off: a new versioned name, loaded at runtime
+    fresh = init_adapters(MODEL, tmp_path / "fresh", routes=("L0",), seed=7)["L0"]
+    resp = httpx.post(eng.url + "/v1/load_lora_adapter", json={"lora_name": "mf-L0-v0001", "lora_path": str(fresh)},
+                      timeout=600)
+    assert resp.status_code == 200, resp.text
+    assert "mf-L0-v0001" in {m["id"] for m in httpx.get(eng.url + "/v1/models", timeout=30).json()["data"]}
+    # a fresh adapter computes exactly the base model (peft's B is zero): same greedy tokens
+    assert completion(eng.url, "mf-L0-v0001", ids)["token_ids"] == choice["token_ids"]
+
+
+def test_a_harness_turn_runs_through_vllm(vllm) -> None:
+    eng, hcp, _ = vllm
+    harness = open_harness(hcp, eng.url, model_path())
+    task = Task(family="L2", prompt="Write a Python function add(a, b) that returns a + b.", output_kind="function",
+                entry_point="add", tests=[{"name": "t", "code": "assert add(1, 2) == 3"}],
+                reference="def add(a, b): return a + b")
+    outcome = asyncio.run(task_runner(harness, max_tokens=8, summarize=False)(task, 0, None))
+    assert [h.kind for h in outcome.hops] == ["route", "answer"] and outcome.route in ("L0", "L1", "L2", "L3")
+    answer = outcome.hops[-1]
+    assert answer.adapter == hcp.served_adapter(outcome.route) and answer.completion_ids
+    assert len(answer.logprobs) == len(answer.completion_ids)
