@@ -56,7 +56,7 @@ def engine(adapters, tmp_path_factory):
     from mindforge.engine import EngineProcess
 
     log = tmp_path_factory.mktemp("engine") / "engine.log"
-    with (EngineProcess(MODEL, {"L1": adapters["L1"], "L2": adapters["L2"]}, log_path=log) as proc,
+    with (EngineProcess(MODEL, {"L1": adapters["L1"], "L2": adapters["L2"]}, settings=Settings(), log_path=log) as proc,
           httpx.Client(base_url=proc.url, timeout=300) as client):
         yield client
 
@@ -215,4 +215,4 @@ def test_engine_process_reports_a_bad_adapter_with_the_log(tmp_path):
     from mindforge.engine.launch import EngineStartError
 
     with pytest.raises(EngineStartError, match="adapter_config.json"):
-        EngineProcess(MODEL, {"X": tmp_path}, startup_timeout_s=120).start()
+        EngineProcess(MODEL, {"X": tmp_path}, settings=Settings(), startup_timeout_s=120).start()

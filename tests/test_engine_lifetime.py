@@ -15,7 +15,8 @@ pytestmark = pytest.mark.model
 STARTER = """
 import sys, time
 from mindforge.engine.launch import EngineProcess
-with EngineProcess("smollm2-135m-instruct", {}) as eng:
+from mindforge.settings import load_settings
+with EngineProcess("smollm2-135m-instruct", {}, settings=load_settings()) as eng:
     print(eng.proc.pid, flush=True)
     time.sleep(600)
 """

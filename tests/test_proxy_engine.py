@@ -22,6 +22,7 @@ from mindforge.harness import EngineClient, open_harness
 from mindforge.harness import conversations as conv
 from mindforge.harness.proxy import create_app
 from mindforge.harness.wire import Message
+from mindforge.settings import load_settings
 
 MODEL = "smollm2-135m-instruct"
 KEY = "sk-engine-test"
@@ -72,7 +73,7 @@ def engine(tmp_path_factory):
 
     hcp = make_hcp(SMALL)
     folders = init_adapters(model_path(), tmp_path_factory.mktemp("adapters"))
-    with EngineProcess(MODEL, {hcp.served_adapter(r): p for r, p in folders.items()}) as eng:
+    with EngineProcess(MODEL, {hcp.served_adapter(r): p for r, p in folders.items()}, settings=load_settings()) as eng:
         yield eng
 
 

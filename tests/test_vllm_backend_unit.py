@@ -8,6 +8,9 @@ import pytest
 
 from mindforge.engine.launch import EngineProcess
 from mindforge.engine.vllm_backend import VllmMissing, vllm_command, vllm_env, vllm_python
+from mindforge.settings import Settings
+
+SETTINGS = Settings()
 
 
 def test_the_command_serves_fp32_with_runtime_lora_and_named_adapters() -> None:
@@ -26,13 +29,13 @@ def test_a_missing_vllm_names_the_setup_command(monkeypatch) -> None:
     with pytest.raises(VllmMissing, match=r"make setup VLLM=1"):
         vllm_python()
     with pytest.raises(VllmMissing, match=r"make setup VLLM=1"):
-        EngineProcess("smollm2-135m-instruct", backend="vllm").start()
+        EngineProcess("smollm2-135m-instruct", backend="vllm", settings=SETTINGS).start()
 
 
 def test_the_launcher_runs_either_backend_through_engine_serve(tmp_path) -> None:
-    embedded = EngineProcess("smollm2-135m-instruct").command(tmp_path / "port")
-    vllm = EngineProcess("smollm2-135m-instruct", backend="vllm").command(tmp_path / "port")
+    embedded = EngineProcess("smollm2-135m-instruct", settings=SETTINGS).command(tmp_path / "port")
+    vllm = EngineProcess("smollm2-135m-instruct", backend="vllm", settings=SETTINGS).command(tmp_path / "port")
     assert "--backend" not in embedded and vllm[vllm.index("--backend") + 1] == "vllm"
-    assert EngineProcess("m", backend="vllm").startup_timeout_s > EngineProcess("m").startup_timeout_s
+    assert EngineProcess("m", backend="vllm", settings=SETTINGS).startup_timeout_s > EngineProcess("m", settings=SETTINGS).startup_timeout_s
     with pytest.raises(ValueError, match="backend"):
-        EngineProcess("m", backend="sglang")  # type: ignore[arg-type]
+        EngineProcess("m", backend="sglang", settings=SETTINGS)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from harness_fakes import make_hcp, model_path, renderer
 
 from mindforge.engine.vllm_backend import VllmMissing, vllm_python
 from mindforge.harness import open_harness, task_runner
+from mindforge.settings import load_settings
 from mindforge.tasks.models import Task
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
@@ -38,7 +39,7 @@ def vllm(tmp_path_factory):
     folders = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"))
     adapters = {hcp.served_adapter(r): p for r, p in folders.items()}
     t0 = time.monotonic()
-    with EngineProcess(MODEL, adapters, backend="vllm") as eng:
+    with EngineProcess(MODEL, adapters, backend="vllm", settings=load_settings()) as eng:
         print(f"\nvLLM answered /health {time.monotonic() - t0:.1f} s after start")
         yield eng, hcp, adapters
 

@@ -44,7 +44,7 @@ class EngineProcess:
     """
 
     def __init__(self, model: str | Path, adapters: Mapping[str, Path] | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0, settings: Settings | None = None, log_path: Path | None = None,
+                 port: int = 0, settings: Settings, log_path: Path | None = None,
                  startup_timeout_s: float | None = None, extra_args: tuple[str, ...] = (),
                  backend: Literal["embedded", "vllm"] = "embedded"):
         if backend not in ("embedded", "vllm"):
@@ -54,7 +54,7 @@ class EngineProcess:
         self.adapters = dict(adapters or {})
         self.host = host
         self.port = port
-        self.settings = settings or Settings()
+        self.settings = settings
         self.log_path = Path(log_path) if log_path else None
         self.startup_timeout_s = startup_timeout_s or (900.0 if backend == "vllm" else 300.0)
         self.extra_args = extra_args
