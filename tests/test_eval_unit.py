@@ -170,3 +170,27 @@ def test_a_bad_benchmark_file_is_refused_with_its_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         register(tmp_path / "cache", "bad", bad)
     assert str(bad) in str(err.value) and "2" in str(err.value)
+
+
+def test_a_benchmark_task_in_a_cycles_discovery_output_stops_expansion_and_update(tmp_path: Path) -> None:
+    """Whatever reaches the cycle's task folder, Expansion's splits and Update's training refuse a sealed task."""
+    from mindforge.expansion.config import ExpansionConfig
+    from mindforge.expansion.stage import ExpansionServices, run_expansion
+    from mindforge.store import RunDir, write_parquet
+    from mindforge.update.stage import UpdateConfig, UpdateServices, run_update
+
+    mbpp = builtin()["mbpp"]
+    if not mbpp.path.is_file():
+        pytest.skip(f"the sealed MBPP data is not beside this checkout ({mbpp.path})")
+    leaked = mbpp.tasks()[3]
+    write_parquet([*TASKS[:4], leaked], RunDir(tmp_path).stage(1, "discovery") / "tasks" / "accepted.parquet")
+    sealed = SealedSet([mbpp])
+    with pytest.raises(InputError, match=f"{leaked.id} \\(benchmark mbpp\\)"):
+        run_expansion(ExpansionConfig(run_dir=tmp_path, cycle=1), ExpansionServices(solver=None, sealed=sealed))
+    nothing = dict.fromkeys(("engine", "verifier", "runner_for", "open_session", "catalog", "load_policy",
+                             "make_trainer", "render_probe", "base_model"))
+    services = UpdateServices(**nothing, hcp_doc=load_hcp(default_hcp_path()).to_document(), sealed=sealed)
+    with pytest.raises(InputError, match="benchmarks are evaluated, never trained or selected on"):
+        run_update(UpdateConfig(run_dir=tmp_path, cycle=1, route="L2"), services)
+    # Nothing was trained or selected: no split, no trajectory, no catalog entry.
+    assert not (tmp_path / "cycles/1/expansion/inputs.json").exists() and not (tmp_path / "adapters").exists()
