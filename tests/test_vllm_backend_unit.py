@@ -8,7 +8,7 @@ import pytest
 
 from mindforge.engine.launch import EngineProcess
 from mindforge.engine.vllm_backend import VllmMissing, vllm_command, vllm_env, vllm_python
-from mindforge.settings import Settings
+from mindforge.settings import Settings, load_settings
 
 SETTINGS = Settings()
 
@@ -26,10 +26,12 @@ def test_the_command_serves_fp32_with_runtime_lora_and_named_adapters() -> None:
 
 def test_a_missing_vllm_names_the_setup_command(monkeypatch) -> None:
     monkeypatch.setenv("MINDFORGE_VLLM_PYTHON", "/nonexistent/python")
+    settings = load_settings()  # the variable is read where settings are loaded, nowhere else
+    assert settings.vllm_python == Path("/nonexistent/python")
     with pytest.raises(VllmMissing, match=r"make setup VLLM=1"):
-        vllm_python()
+        vllm_python(settings)
     with pytest.raises(VllmMissing, match=r"make setup VLLM=1"):
-        EngineProcess("smollm2-135m-instruct", backend="vllm", settings=SETTINGS).start()
+        EngineProcess("smollm2-135m-instruct", backend="vllm", settings=settings).start()
 
 
 def test_the_launcher_runs_either_backend_through_engine_serve(tmp_path) -> None:

@@ -29,7 +29,7 @@ MODEL = "smollm2-135m-instruct"
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     try:
-        vllm_python()
+        vllm_python(load_settings())
     except VllmMissing as exc:
         pytest.skip(str(exc))
     from mindforge.engine import EngineProcess

@@ -110,7 +110,7 @@ def _serve_vllm(model: str | None, adapter_specs: list[str], host: str | None, p
     from mindforge.settings import load_settings
 
     settings = load_settings()
-    python = vb.vllm_python()  # first: a missing vLLM is the error to read, not a model download
+    python = vb.vllm_python(settings)  # first: a missing vLLM is the error to read, not a model download
     name = model or settings.model
     folder = resolve_model(name, settings)
     # A registry name is served under that name (as the embedded engine does); a folder under its own name.

@@ -79,7 +79,7 @@ class EngineProcess:
         if self.backend == "vllm":
             from mindforge.engine.vllm_backend import vllm_python
 
-            vllm_python()  # a missing .venv-vllm is named here, with the command that installs it
+            vllm_python(self.settings)  # a missing .venv-vllm is named here, with the command that installs it
         # Pull or check the model here, where an error is readable, not in the child's log.
         resolve_model(self.model, self.settings)
         self._tmp = tempfile.TemporaryDirectory(prefix="mf-engine-")

