@@ -16,15 +16,9 @@ VENV=$ROOT/.venv
 say() { printf '[setup] %s\n' "$*"; }
 
 # 1. virtual environment
-if [ ! -x "$VENV/bin/python" ]; then
-  say "creating $VENV"
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-fi
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
-  say "installing torch==2.13.0 (CPU build)"
-  "$VENV/bin/pip" install -q torch==2.13.0
-fi
+# shellcheck source=scripts/venv_with_torch.sh
+. "$ROOT/scripts/venv_with_torch.sh"
+venv_with_torch "$VENV"
 stamp=$VENV/.mindforge-deps
 want=$(sha256sum pyproject.toml | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

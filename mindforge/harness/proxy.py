@@ -182,14 +182,21 @@ def _wants_usage(req: wire.ChatRequest) -> bool:
     return bool((options or {}).get("include_usage"))
 
 
+async def _probe(harness: Harness, path: str, timeout_s: float) -> httpx.Response:
+    """One GET of the engine with the harness's key and transport, on a client of its own (a probe's
+    timeout must not be the long one generation needs)."""
+    client = harness.client
+    headers = {"Authorization": f"Bearer {client.api_key}"} if client.api_key else {}
+    async with httpx.AsyncClient(base_url=client.base_url, timeout=timeout_s, transport=client.transport,
+                                 headers=headers) as http:
+        return await http.get(path)
+
+
 async def _upstream_problem(harness: Harness, timeout_s: float = 5.0) -> str | None:
     """None when the engine answers ``GET /health``, else why not (one try: a probe must be quick)."""
     client = harness.client
-    headers = {"Authorization": f"Bearer {client.api_key}"} if client.api_key else {}
     try:
-        async with httpx.AsyncClient(base_url=client.base_url, timeout=timeout_s, transport=client.transport,
-                                     headers=headers) as http:
-            resp = await http.get("/health")
+        resp = await _probe(harness, "/health", timeout_s)
     except Exception as exc:  # noqa: BLE001 - whatever went wrong, the probe reports it instead of failing
         return f"engine at {client.base_url}: {type(exc).__name__}: {exc or 'no answer'}"
     if resp.status_code != 200:
@@ -212,12 +219,8 @@ async def missing_adapters(harness: Harness, timeout_s: float = 5.0) -> list[str
     ``None`` when the engine cannot be asked (down, or no ``/v1/models``): that is
     ``_upstream_problem``'s to report, not a verdict on the adapters.
     """
-    client = harness.client
-    headers = {"Authorization": f"Bearer {client.api_key}"} if client.api_key else {}
     try:
-        async with httpx.AsyncClient(base_url=client.base_url, timeout=timeout_s, transport=client.transport,
-                                     headers=headers) as http:
-            resp = await http.get("/v1/models")
+        resp = await _probe(harness, "/v1/models", timeout_s)
         served = {m.get("id") for m in resp.json().get("data", [])} if resp.status_code == 200 else None
     except Exception:  # noqa: BLE001 - a probe reports, it never fails the request that asked
         served = None
