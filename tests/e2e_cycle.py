@@ -22,7 +22,7 @@ from prefect_stack import PrefectStack
 
 PARAMS = {
     "cycles": 1,
-    "stages": ["discovery", "expansion", "update"],
+    "stages": ["discovery", "expansion", "update", "eval"],
     # Verified tasks without the difficulty measurement: the CPU test keeps Discovery's proposers and
     # sandbox checks, and Expansion gets enough tasks whatever the tiny model solves.
     "discovery": {"budget": 6, "measure_difficulty": False},
@@ -30,6 +30,8 @@ PARAMS = {
                   "proposers": ["numeric"]},
     "update": {"steps": 1, "group_size": 2, "batch_tasks": 1, "validation_tasks": 1, "validation_samples": 1,
                "max_tokens": 64},
+    # The sealed eval after the cycle and the cycle-0 baseline, on a small fixed subset of MBPP.
+    "eval": {"max_tasks": 16},
 }
 _CACHE: dict[str, Any] = {}
 
