@@ -34,7 +34,8 @@ def test_the_run_engine_serves_the_hcps_adapters_and_is_reused(tmp_path: Path) -
                    for r in ("L0", "L1", "L2", "L3"))
         again: list[str] = []
         pointed = settings.model_copy(update={"engine_url": live.engine_url})
-        with open_run_services(pointed, tmp_path, 1, log=again.append) as reused:
+        # Another run (this one is locked by its writer) finds the healthy engine and reuses it.
+        with open_run_services(pointed, tmp_path / "other", 1, log=again.append) as reused:
             assert reused.engine_url == live.engine_url
         assert any("using the engine at" in m for m in again)
         assert not any("starting" in m for m in again)

@@ -15,11 +15,15 @@ app = typer.Typer(help="Docker sandbox: build the image, verify solutions.", no_
 
 
 def _config(workers: int | None = None):
-    from mindforge.sandbox import SandboxConfig
+    """The default HCP's sandbox (limits, test timeout, reruns): the verdicts a run's stages would give."""
+    from mindforge.hcp import load_hcp
+    from mindforge.paths import default_hcp_path
+    from mindforge.sandbox.config import sandbox_config
     from mindforge.settings import load_settings
 
     settings = load_settings()
-    return SandboxConfig(pool_size=workers or settings.sandbox_pool_size, docker_host=settings.docker_host)
+    return sandbox_config(load_hcp(default_hcp_path()).guarded, pool_size=workers or settings.sandbox_pool_size,
+                          docker_host=settings.docker_host)
 
 
 @app.command()
