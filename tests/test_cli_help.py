@@ -47,10 +47,10 @@ def test_choices_are_the_library_ones_and_others_are_refused():
     from mindforge.cycle.local import SERVICES
     from mindforge.discovery.config import PROPOSERS as DISCOVERY_PROPOSERS
     from mindforge.expansion.config import PROPOSERS as EXPANSION_PROPOSERS
+    from mindforge.rollouts import HCP_REWARDS
     from mindforge.store import STAGES
     from mindforge.tasks.models import ROUTES
     from mindforge.update.loss import LOSS_TYPES
-    from mindforge.rollouts import HCP_REWARDS
 
     expected = {
         (("cycle",), "--stage"): STAGES,

@@ -134,7 +134,7 @@ def test_stage_trains_on_policy_hands_off_and_records(tmp_path: Path, base_path:
     engine.load(v0.name, v0.path)
     config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=3, group_size=4, batch_tasks=2, reward="pass_fraction",
                           validation_tasks=2, validation_samples=2, grpo={"lr": 0.05}, probe_prompts=2,
-                          regression_tolerance=1.0)
+                          regression_tolerance=1.0, rft={"enabled": False})
     result = run_update(config, services(catalog, engine, base_path, read_json(default_hcp_path())))
 
     assert result.promoted and result.version == "mf-L2-v0001" == result.candidate, result.reason

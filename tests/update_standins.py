@@ -212,6 +212,6 @@ def tiny_update(run_dir: Path, base_path: Path, adapter: Path, progress=None, **
     config = UpdateConfig(**{
         "run_dir": run_dir, "cycle": 1, "steps": 3, "group_size": 2, "batch_tasks": 2, "reward": "pass_fraction",
         "validation_tasks": 1, "validation_samples": 1, "probe_prompts": 1, "validate_after": False,
-        "grpo": {"lr": 0.05}, **fields})
+        "grpo": {"lr": 0.05}, "rft": {"enabled": False}, **fields})
     svc = services(catalog, engine, base_path, read_json(default_hcp_path()), grpo_trainer, progress)
     return run_update(config, svc)

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import user_errors
+from mindforge.cli._common import choices, user_errors
+from mindforge.hcp import ROUTES
 
 bench_app = typer.Typer(help="Sealed benchmarks: evaluated every cycle, never trained or selected on.",
                         no_args_is_help=True)
@@ -26,6 +27,9 @@ def eval_(
     max_tasks: Annotated[int | None, typer.Option("--max-tasks", min=1, help="A fixed subset of the benchmark "
                                                                              "(the same every cycle).")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Requests in flight.")] = 32,
+    pin_route: Annotated[str | None, typer.Option(
+        "--pin-route", help="Diagnostic: every task answered by this route, no route hop (oracle routing); "
+                            "stored beside the cycle's eval, never as it.", **choices(*ROUTES))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON object: the eval.")] = False,
 ) -> None:
     """Score a sealed benchmark through the production harness with the HCP and adapters a cycle left in force.
@@ -41,7 +45,7 @@ def eval_(
     from mindforge.settings import load_settings
 
     config = EvalConfig(run_dir=run_dir, cycle=cycle, bench=bench, samples=samples, max_tasks=max_tasks,
-                        concurrency=concurrency)
+                        concurrency=concurrency, pin_route=pin_route)
 
     def log(message: str) -> None:
         print(f"[eval] {message}", file=sys.stderr, flush=True)

@@ -35,6 +35,18 @@ def update(
     routing: Annotated[str, typer.Option(
         "--routing", help="pinned: the trained route answers every rollout (no route hop); "
                           "routed: the router decides, as in production", **choices("pinned", "routed"))] = "pinned",
+    rft: Annotated[bool, typer.Option("--rft/--no-rft", help="Rejection sampling: fine-tune on the route's own "
+                                                              "verified answers before GRPO.")] = True,
+    rft_attempts: Annotated[int, typer.Option("--rft-attempts", min=1, help="Attempts a task (K).")] = 4,
+    rft_tasks: Annotated[int, typer.Option("--rft-tasks", min=1, help="Tasks attempted.")] = 48,
+    router: Annotated[bool, typer.Option("--router/--no-router", help="Train L0's route hop when routing "
+                                                                     "accuracy is below the threshold.")] = True,
+    router_threshold: Annotated[float, typer.Option("--router-threshold", min=0.0, max=1.0)] = 0.9,
+    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", min=1, help="GRPO steps between "
+                                                                                    "checkpoints.")] = 1,
+    tracking: Annotated[list[str] | None, typer.Option(
+        "--tracking", help="Where step scalars go (repeat for several).", show_default="tensorboard",
+        **choices("tensorboard", "mlflow", "wandb"))] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary object.")] = False,
 ) -> None:
@@ -61,6 +73,9 @@ def update(
             batch_tasks=batch_tasks, reward=reward, max_tokens=max_tokens, hcp=hcp,
             validation_tasks=validation_tasks, validation_samples=validation_samples,
             max_difficulty=max_difficulty, grpo=grpo, seed=seed, routing=routing,
+            rft={"enabled": rft, "attempts": rft_attempts, "max_tasks": rft_tasks},
+            router={"enabled": router, "threshold": router_threshold}, checkpoint_every=checkpoint_every,
+            **({"tracking": tuple(tracking)} if tracking else {}),
         )
     except ValueError as exc:
         raise InputError("mindforge update", "", str(exc).replace("\n", "; ")) from None
@@ -69,7 +84,7 @@ def update(
 
     with _progress(enabled=not as_json) as progress, \
             open_run_services(load_settings(), run_dir, cycle, "update", hcp=hcp, log=log) as run, \
-            open_services(run, config, progress=progress) as services:
+            open_services(run, config, progress=progress, log=log) as services:
         result = run_update(config, services)
     if as_json:
         print(json.dumps(result.summary()))
@@ -113,6 +128,15 @@ def _print_result(result) -> None:
         table.add_row(str(r.step), f"{r.mean_reward:.3f}", f"{r.loss:.4f}", f"{r.kl:.4f}",
                       f"{r.clip_fraction:.3f}", str(r.tokens), str(r.dropped), f"{r.seconds:.1f}")
     console.print(table)
+    if result.router is not None:
+        r = result.router
+        console.print(f"router: {r.reason}")
+        console.print(f"  routing accuracy by family, before: {r.before}" + (f"; after: {r.after}" if r.after else ""))
+    if result.rft is not None:
+        f = result.rft
+        console.print(f"rejection sampling: {f.passes}/{f.attempts} attempts passed on {f.tasks_with_pass}/{f.tasks} "
+                      f"tasks; {f.kept} answers kept, {f.steps} steps (nll {f.losses[:1]} -> {f.losses[-1:]}); "
+                      f"{len(f.spread_tasks)} tasks with a spread for GRPO" + (f"; {f.reason}" if f.reason else ""))
     p = result.parity
     console.print(f"route {result.route}: trained {result.candidate}; serving {result.version}"
                   f" ({'promoted' if result.promoted else 'rolled back: ' + result.reason})")

@@ -43,8 +43,9 @@ def expansion_runner(run: RunServices, log: Callable[[str], None]) -> StageRunne
     return _runner(expansion_rt.open_services, run_expansion, run, log=log)
 
 
-def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | None = None) -> StageRunner:
-    return _runner(update_rt.open_services, run_update, run, progress=progress)
+def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | None = None,
+                  log: Callable[[str], None] = lambda m: None) -> StageRunner:
+    return _runner(update_rt.open_services, run_update, run, progress=progress, log=log)
 
 
 def eval_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
@@ -56,7 +57,7 @@ def library_runners(run: RunServices, log: Callable[[str], None] = lambda m: Non
     return {
         "discovery": discovery_runner(run, log),
         "expansion": expansion_runner(run, log),
-        "update": update_runner(run, progress),
+        "update": update_runner(run, progress, log),
         "eval": eval_runner(run, log),
     }
 

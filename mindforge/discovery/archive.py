@@ -13,27 +13,14 @@ from pathlib import Path
 
 from mindforge.discovery.config import DiscoveryConfig
 from mindforge.paths import resolve_from_repo, seed_tasks_dir
-from mindforge.store import RunDir, read_parquet
-from mindforge.tasks.io import load_tasks
+from mindforge.store import RunDir
+from mindforge.tasks.io import archived_tasks, load_tasks
 from mindforge.tasks.models import Task
 
 
 def seed_tasks(config: DiscoveryConfig) -> list[Task]:
     path = config.seed_tasks or seed_tasks_dir()
     return load_tasks(Path(path))
-
-
-def archived_tasks(run_dir: Path, below: int | None = None) -> list[Task]:
-    """Tasks accepted by Discovery in every cycle of the run (cycles < ``below`` when given)."""
-    run = RunDir(run_dir)
-    out: list[Task] = []
-    for n in run.cycles():
-        if below is not None and n >= below:
-            continue
-        folder = run.stage(n, "discovery") / "tasks"
-        if folder.is_dir() and any(folder.glob("*.parquet")):
-            out.extend(read_parquet(folder, Task))
-    return out
 
 
 def task_pool(config: DiscoveryConfig) -> list[Task]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from mindforge.tasks.benchmarks import DEFAULT
+from mindforge.tasks.models import Route
 
 
 class EvalConfig(BaseModel):
@@ -23,3 +24,6 @@ class EvalConfig(BaseModel):
     concurrency: int = Field(default=32, ge=1, description="Requests in flight (the engine batches them)")
     chunk: int = Field(default=64, ge=1, description="Tasks a results shard; a killed eval resumes at a shard")
     seed: int = 0
+    pin_route: Route | None = Field(
+        default=None, description="A diagnostic, not the cycle's number: every task answered by this route "
+                                  "with no route hop (oracle routing), to measure what routing costs")

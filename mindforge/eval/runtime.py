@@ -32,7 +32,7 @@ def open_services(run: RunServices, config: EvalConfig,
 
     def runner_for(h: HCP) -> object:
         # A scored turn ends the conversation: the summary hop feeds only later turns.
-        return task_runner(run.harness(h, client), summarize=False)
+        return task_runner(run.harness(h, client), summarize=False, route=config.pin_route)
 
     with SandboxPool(run.sandbox(hcp)) as pool:
         yield EvalServices(tasks=bench.tasks(), bench_sha=bench.sha256(), hcp=hcp,

@@ -74,6 +74,8 @@ def subset(tasks: Sequence[Task], max_tasks: int | None) -> list[Task]:
 def eval_key(config: EvalConfig, services: EvalServices, tasks: Sequence[Task]) -> str:
     material = {"bench": config.bench, "sha": services.bench_sha, "hcp": hcp_hash(services.hcp),
                 "samples": config.samples, "seed": config.seed, "tasks": [t.id for t in tasks], "v": 1}
+    if config.pin_route is not None:
+        material["pin_route"] = config.pin_route
     return "e-" + hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -154,7 +156,8 @@ def run_eval(config: EvalConfig, services: EvalServices) -> EvalResult:
     result = _result(config, services, key, tasks, rows, k_rows, round(0.0 if reused else time.monotonic() - t0, 1),
                      reused)
     atomic_write_json(folder / "result.json", result.model_dump(mode="json"))
-    RunDir(config.run_dir).mark_done(config.cycle, "eval", result.model_dump(mode="json"))
+    if config.pin_route is None:  # a pinned eval is a diagnostic beside the cycle's eval, never in its place
+        RunDir(config.run_dir).mark_done(config.cycle, "eval", result.model_dump(mode="json"))
     return result
 
 

@@ -151,8 +151,20 @@ class Harness:
         return TurnRecord(answer="", route=router.decide(self.hcp, hop.text).route, hops=[hop], routed=True)
 
     async def _route(self, request: str, seed: int | None) -> Hop:
-        ids = self.renderer.prompt(router.route_messages(self.hcp, request), prefill=router.PREFILL)
-        return await self._hop("route", "L0", ids, "route", seed=seed)
+        return await self._hop("route", "L0", self.route_prompt_ids(request), "route", seed=seed)
+
+    def route_prompt_ids(self, request: str) -> list[int]:
+        """The ids the route hop sends for a new request (router training renders its prompts with this)."""
+        return self.renderer.prompt(router.route_messages(self.hcp, request), prefill=router.PREFILL)
+
+    def label_ids(self, label: str) -> tuple[int, ...]:
+        """The completion that makes the route hop choose ``label``: the label, then the hop's first stop."""
+        stops = self.hcp.sampling("route").stop
+        return self.renderer.encode(label + (stops[0] if stops else ""))
+
+    async def route_request(self, request: str, seed: int | None = None) -> TurnRecord:
+        """The router's decision for a new request alone (routing accuracy), the same hop a turn makes."""
+        return await self._decide(request, None, seed)
 
     async def _answer_loop(self, session: Session, seg: Segment, rec: TurnRecord, executor: ToolExecutor | None,
                            seeds: Any, max_tokens: int | None) -> None:

@@ -10,7 +10,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mindforge.errors import InputError, pydantic_problems
-from mindforge.store import atomic_write_text
+from mindforge.store import RunDir, atomic_write_text, read_parquet
 from mindforge.tasks.models import Task
 
 M = TypeVar("M", bound=BaseModel)
@@ -67,3 +67,20 @@ def seed_top_up(have: Sequence[Task], want: int, seeds: Path, keep: Callable[[Ta
         return []
     ids = {t.id for t in have}
     return [t for t in load_tasks(seeds) if keep(t) and t.id not in ids]
+
+
+def archived_tasks(run_dir: Path, below: int | None = None) -> list[Task]:
+    """Tasks accepted by Discovery in every cycle of the run (cycles < ``below`` when given).
+
+    Cycle N's accepted tasks are ``cycles/N/discovery/tasks/*.parquet`` (written
+    once, at the end of the stage), so this is every cycle folder's shards.
+    """
+    run = RunDir(run_dir)
+    out: list[Task] = []
+    for n in run.cycles():
+        if below is not None and n >= below:
+            continue
+        folder = run.stage(n, "discovery") / "tasks"
+        if folder.is_dir() and any(folder.glob("*.parquet")):
+            out.extend(read_parquet(folder, Task))
+    return out

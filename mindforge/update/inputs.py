@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mindforge.paths import seed_tasks_dir
 from mindforge.store import RunDir, read_parquet
-from mindforge.tasks.io import load_tasks, seed_top_up
+from mindforge.tasks.io import archived_tasks, load_tasks, seed_top_up
 from mindforge.tasks.models import Task
 
 
@@ -35,6 +35,18 @@ def cycle_tasks(run: RunDir, cycle: int, route: str, seeds: Path | None = None,
             extra = seed_top_up(found, want, source, lambda t: t.family == route)
             return [*found, *extra], f"{folder} ({len(found)} tasks) and {source}" if extra else str(folder)
     return [t for t in load_tasks(source) if t.family == route], str(source)
+
+
+def archive_tasks(run: RunDir, cycle: int, families: tuple[str, ...], seeds: Path | None = None
+                  ) -> tuple[list[Task], str]:
+    """Every task of ``families`` the run holds up to ``cycle``: Discovery's accepted tasks of all cycles
+    (the archive grows, and Update samples from all of it) and the seed tasks; one entry per id."""
+    source = Path(seeds) if seeds is not None else seed_tasks_dir()
+    found = [t for t in archived_tasks(run.root, below=cycle + 1) if t.family in families]
+    seen: dict[str, Task] = {}
+    for t in [*found, *(t for t in load_tasks(source) if t.family in families)]:
+        seen.setdefault(t.id, t)
+    return list(seen.values()), f"{len(found)} discovered task(s) of cycles <= {cycle} and {source}"
 
 
 def split(tasks: list[Task], validation: int, seed: int) -> tuple[list[Task], list[Task]]:

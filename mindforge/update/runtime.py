@@ -12,6 +12,7 @@ parity probe is what proves the two hold the same weights.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -28,8 +29,8 @@ from mindforge.update.stage import UpdateConfig, UpdateServices
 
 
 @contextmanager
-def open_services(run: RunServices, config: UpdateConfig,
-                  progress: Callable[[int, int, Any], None] | None = None) -> Iterator[UpdateServices]:
+def open_services(run: RunServices, config: UpdateConfig, progress: Callable[[int, int, Any], None] | None = None,
+                  log: Callable[[str], None] = lambda message: None) -> Iterator[UpdateServices]:
     from mindforge.update.policy import load_policy  # torch: only once a stage really trains
 
     hcp = load_hcp(current_hcp_path(RunDir(config.run_dir), config.cycle, config.hcp))
@@ -39,12 +40,14 @@ def open_services(run: RunServices, config: UpdateConfig,
         engine = run.admin()
         stack.callback(engine.close)
         pool = stack.enter_context(SandboxPool(run.sandbox(hcp)))
+        client = run.engine_client()  # one client: its pools are per event loop
         yield UpdateServices(
-            engine=engine, verifier=pool, runner_for=_runner_factory(run), open_session=pool.session,
+            engine=engine, verifier=pool, runner_for=_runner_factory(run, client), open_session=pool.session,
             catalog=run.catalog, load_policy=lambda entry: load_policy(run.model_path, entry.path, seed=config.seed),
             make_trainer=_make_trainer, render_probe=_probe_renderer(run.model_path),
             base_model=str(run.model_path), hcp_doc=doc, progress=progress,
-            sealed=SealedSet.of(run.settings.cache_dir),
+            sealed=SealedSet.of(run.settings.cache_dir), routes_of=_router(run, client),
+            render_route=_route_renderer(run.model_path), log=log,
         )
 
 
@@ -54,9 +57,8 @@ def _make_trainer(policy: Any, fields: dict[str, Any]) -> Any:
     return GRPOTrainer(policy, GRPOConfig(**fields))
 
 
-def _runner_factory(run: RunServices) -> Callable[..., Any]:
+def _runner_factory(run: RunServices, client: Any) -> Callable[..., Any]:
     """(HCP document, max_tokens, route pin) -> the production harness's turn runner on the run's engine."""
-    client = run.engine_client()  # one client: its pools are per event loop
 
     def runner_for(doc: dict[str, Any], max_tokens: int | None, route: str | None = None) -> Any:
         return task_runner(run.harness(parse_hcp(doc, "hcp"), client), max_tokens=max_tokens, route=route)
@@ -69,5 +71,34 @@ def _probe_renderer(model_path: Path) -> Callable[[dict[str, Any], str, Any], li
 
     def render(doc: dict[str, Any], route: str, task: Any) -> list[int]:
         return probe_prompt_ids(Harness(parse_hcp(doc, "hcp"), None, renderer_for(model_path)), route, task)
+
+    return render
+
+
+def _router(run: RunServices, client: Any, concurrency: int = 32) -> Callable[[dict[str, Any], Any], list[str]]:
+    """(HCP document, tasks) -> the route the production router picks for each task, on the run's engine."""
+
+    def routes(doc: dict[str, Any], tasks: Any) -> list[str]:
+        harness = run.harness(parse_hcp(doc, "hcp"), client)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(task: Any) -> str:
+            async with gate:
+                return (await harness.route_request(task.prompt)).route
+
+        async def every() -> list[str]:
+            return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+        return asyncio.run(every())
+
+    return routes
+
+
+def _route_renderer(model_path: Path) -> Callable[[dict[str, Any], Any, str], tuple[list[int], tuple[int, ...]]]:
+    """(HCP document, task, label) -> the route hop's prompt ids for the task and the ids of ``label``."""
+
+    def render(doc: dict[str, Any], task: Any, label: str) -> tuple[list[int], tuple[int, ...]]:
+        harness = Harness(parse_hcp(doc, "hcp"), None, renderer_for(model_path))
+        return harness.route_prompt_ids(task.prompt), harness.label_ids(label)
 
     return render

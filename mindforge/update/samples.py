@@ -191,3 +191,29 @@ def _check_hop(hop: Hop) -> None:
     if bad:
         raise SampleError(f"a {hop.kind} hop of {hop.adapter} has a non-finite logprob ({bad[0]}): "
                           "was it sampled outside the nucleus the trainer was told about?")
+
+
+def kept_samples(trajectories: Sequence[Trajectory], route: str, weight: float = 1.0,
+                 group: int = 0) -> list[Sample]:
+    """Supervised samples of verified trajectories: the ``route``'s answer hops, chained as for GRPO.
+
+    The rejection-sampling phase keeps only sandbox passes; their tokens are
+    trained at the model's own distribution (temperature 1, full nucleus),
+    whatever they were sampled with, and ``advantage`` carries ``weight``.
+    """
+    out: list[Sample] = []
+    for traj in trajectories:
+        hops = [h for h in traj.hops if h.kind == "answer" and h.route == route]
+        for ids, mask, old in chain_hops(hops):
+            out.append(Sample(group, traj.id, "answer", route, ids, mask, old, weight, 1.0, 1.0))
+    return out
+
+
+def label_sample(prompt_ids: Sequence[int], label_ids: Sequence[int], weight: float, trajectory_id: str,
+                 group: int = 0) -> Sample:
+    """A route hop's prompt with the label the task's family calls for as its completion (router training)."""
+    if not prompt_ids or not label_ids:
+        raise SampleError(f"{trajectory_id}: a route sample needs prompt ids and label ids")
+    ids = (*prompt_ids, *label_ids)
+    mask = (False,) * len(prompt_ids) + (True,) * len(label_ids)
+    return Sample(group, trajectory_id, "route", "L0", ids, mask, (0.0,) * len(ids), weight, 1.0, 1.0)

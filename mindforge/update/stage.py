@@ -66,6 +66,8 @@ from mindforge.rollouts import (
 from mindforge.store import RunDir, atomic_write_json
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Route, Task, Trajectory
+from mindforge.update import rft as rejection
+from mindforge.update import router_training
 from mindforge.update.checkpoints import (
     Checkpoint,
     latest_checkpoint,
@@ -75,8 +77,10 @@ from mindforge.update.checkpoints import (
 )
 from mindforge.update.curve import CurveRow, curve_row
 from mindforge.update.handoff import HandoffResult, Parity, ProbeConfig, hand_off
-from mindforge.update.inputs import cycle_tasks, split
+from mindforge.update.inputs import archive_tasks, cycle_tasks, split
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
+from mindforge.update.rft import RejectionSampling, RFTReport
+from mindforge.update.router_training import RouterReport, RouterTraining
 from mindforge.update.tracking import Tracker, TrackerKind, open_tracker
 
 
@@ -122,6 +126,14 @@ class UpdateConfig(BaseModel):
     tracking: tuple[TrackerKind, ...] = ("tensorboard",)
     hcp: Path | None = None  # None: the run's current HCP (see inputs.current_hcp_path)
     seeds: Path | None = None  # seed task folder used when Discovery wrote none
+    # archive: the route's tasks of every cycle's Discovery so far plus the seeds (the archive grows and
+    # Update samples from all of it); cycle: this cycle's Discovery output, topped up from the seeds.
+    tasks: Literal["archive", "cycle"] = "archive"
+    # Phases, in order: router training (L0's route tokens, when routing accuracy is below its threshold),
+    # rejection sampling (fine-tuning on the route's own verified answers), then ``steps`` GRPO steps on the
+    # tasks whose attempts had a spread. Each can be turned off; steps=0 runs no GRPO.
+    router: RouterTraining = Field(default_factory=RouterTraining)
+    rft: RejectionSampling = Field(default_factory=RejectionSampling)
 
 
 class UpdateResult(BaseModel):
@@ -147,6 +159,8 @@ class UpdateResult(BaseModel):
     tasks_source: str
     tensorboard: Path | None = None  # event folder, when TensorBoard tracked the run
     unloaded: tuple[str, ...] = ()
+    router: RouterReport | None = None
+    rft: RFTReport | None = None
 
     def summary(self) -> dict[str, Any]:
         """The one JSON object ``mindforge update --json`` prints."""
@@ -156,6 +170,10 @@ class UpdateResult(BaseModel):
             "reward_before": self.reward_before, "reward_after": self.reward_after, "se": self.se,
             "hcp": self.hcp, "promoted": self.promoted, "candidate": self.candidate,
             "se_before": self.se_before, "se_after": self.se_after, "reason": self.reason,
+            "routing_before": self.router.before if self.router else None,
+            "routing_after": self.router.after if self.router else None,
+            "rft": ({"pass_rate": self.rft.pass_rate, "kept": self.rft.kept, "spread_tasks": len(self.rft.spread_tasks)}
+                    if self.rft else None),
         }
 
 
@@ -175,6 +193,11 @@ class UpdateServices:
     hcp_doc: dict[str, Any]
     progress: Callable[[int, int, CurveRow | None], None] | None = None
     sealed: SealedSet | None = None  # sealed benchmarks: never trained on
+    # Router training: (doc, tasks) -> each task's greedy route through the harness on the engine, and
+    # (doc, task, label) -> (route prompt ids, label ids). None: the router phase cannot run (says so).
+    routes_of: Callable[[dict[str, Any], Sequence[Task]], list[str]] | None = None
+    render_route: Callable[[dict[str, Any], Task, str], tuple[list[int], tuple[int, ...]]] | None = None
+    log: Callable[[str], None] = lambda message: None
 
 
 def run_update(config: UpdateConfig, services: UpdateServices) -> UpdateResult:
@@ -196,10 +219,13 @@ class _Run:
         self.scratch_name: str | None = None
         self.checkpoints = self.out / "checkpoints"
         self.fingerprint = ""
+        self.router_hcp: Path | None = None  # the HCP router training left, when it promoted
+        self.grpo_tasks: list[Task] = []
         self.reward: RewardKind = config.reward or HCP_REWARDS[self.doc["guarded"]["verifier"]["reward"]]
 
     # ------------------------------------------------------------------ phases
     def run(self) -> UpdateResult:
+        router = self._router_phase()
         train, held, source = self._tasks()
         parent = self._parent_version()
         self.fingerprint = self._fingerprint(parent, train)
@@ -211,8 +237,11 @@ class _Run:
         tracker = open_tracker(self.cfg.tracking, self.out / "tensorboard", f"update-{self.cfg.cycle}-{self.route}",
                                params=self.cfg.model_dump(mode="json"), purge_step=resume.step if resume else None)
         try:
-            curve = self._train(policy, train, before, resume, tracker)
-            entry = self._save(policy, parent, train, curve)
+            trainer = self.svc.make_trainer(policy, self._grpo_fields())
+            rft = self._rft_phase(policy, trainer, train, served, before, resume, tracker)
+            self.grpo_tasks = [t for t in train if t.id in set(rft.spread_tasks)] if rft and rft.spread_tasks else train
+            curve = self._train(policy, trainer, before, resume, tracker, rft_trained=bool(rft and rft.steps))
+            entry = self._save(policy, parent, train, curve, rft)
             result = self._hand_off(policy, entry, held, before)
             after = result[1]
             tracker.log(self.cfg.steps, {"validation/reward_before": before.mean,
@@ -220,12 +249,140 @@ class _Run:
         finally:
             tracker.close()
         self._cleanup_scratch()
-        return self._finish(result, entry, before, curve, source, len(held))
+        return self._finish(result, entry, before, curve, source, len(held), router, rft)
+
+    # ------------------------------------------------------------------ router phase
+    def _router_phase(self) -> RouterReport | None:
+        """Train L0's route hop when routing accuracy is low (see ``router_training``); adopt its HCP."""
+        import json
+
+        cfg = self.cfg.router
+        if not cfg.enabled:
+            return None
+        marker = self.out / "router.json"
+        if marker.is_file():  # an earlier attempt of this Update finished the phase
+            report = RouterReport(**json.loads(marker.read_text(encoding="utf-8")))
+        else:
+            report = self._route_training(cfg)
+            if report.before:  # measured (and maybe trained): a rerun reuses it
+                atomic_write_json(marker, report.model_dump(mode="json"))
+        if report.promoted and report.hcp_path:
+            self.doc = json.loads(Path(report.hcp_path).read_text(encoding="utf-8"))
+            self.hcp_version = hcp_hash(self.doc)
+            self.router_hcp = Path(report.hcp_path)
+        self.svc.log(f"router: {report.reason}")
+        return report
+
+    def _route_training(self, cfg: RouterTraining) -> RouterReport:
+        import gc
+        import time
+
+        from mindforge.update.handoff import teacher_forced_logprobs
+        from mindforge.update.trainer import supervised_fit
+
+        start = time.monotonic()
+        if self.svc.routes_of is None or self.svc.render_route is None:
+            return RouterReport(trained=False, reason="not measured: these services cannot route requests",
+                                before={}, accuracy_before=0.0)
+        tasks, source = archive_tasks(self.run_dir, self.cfg.cycle, router_training.FAMILIES, self.cfg.seeds)
+        if self.svc.sealed is not None:
+            self.svc.sealed.refuse(tasks, f"router training's tasks ({source})")
+        train, held = router_training.family_split(tasks, cfg, self.cfg.seed)
+        shares, macro, before = router_training.accuracy(held, self.svc.routes_of(self.doc, held))
+        common = {"before": shares, "accuracy_before": round(macro, 4), "train_tasks": len(train),
+                  "validation_tasks": len(held)}
+        if macro >= cfg.threshold:
+            return RouterReport(trained=False, reason=f"routing accuracy {macro:.2f} >= threshold {cfg.threshold}; "
+                                f"not trained", seconds=round(time.monotonic() - start, 1), **common)
+        parent = self._served_version("L0")
+        policy = self.svc.load_policy(parent)
+        trainer = self.svc.make_trainer(policy, {**self._grpo_fields(), "route": "L0", "lr": cfg.lr})
+        samples = router_training.route_samples(train, lambda t: self.svc.render_route(self.doc, t, t.family))
+        losses = supervised_fit(trainer, samples, epochs=cfg.epochs, batch_size=cfg.batch_size, seed=self.cfg.seed,
+                                label="router", log=self.svc.log)
+        prefix = self.doc["router"]["routes"]["L0"]["adapter"]
+        entry = self.svc.catalog.save(
+            "L0", write_peft_adapter(policy, TRAIN_ADAPTER), prefix=prefix, parent=parent.version,
+            cycle=self.cfg.cycle, hcp_version=self.hcp_version, base_model=self.svc.base_model,
+            training=TrainingData(task_ids=tuple(sorted(t.id for t in train)), dataset=source, steps=len(losses)),
+            metrics={"router_losses": losses})
+        after_box: list[tuple[dict[str, float], float]] = []
+
+        def validate(name: str) -> RewardStats:
+            got_shares, got_macro, stats = router_training.accuracy(
+                held, self.svc.routes_of(_serving(self.doc, "L0", name), held))
+            after_box.append((got_shares, got_macro))
+            return stats
+
+        probes = [self.svc.render_route(self.doc, t, t.family)[0] for t in held[: self.cfg.probe_prompts]]
+        result = hand_off(
+            engine=self.svc.engine, entry=entry, doc=self.doc, probe_prompts=probes,
+            trainer=teacher_forced_logprobs(policy, TRAIN_ADAPTER), parent=teacher_forced_logprobs(policy, PARENT_ADAPTER),
+            probe=self.cfg.probe, hcp_dir=self.out / "hcp", catalog=self.svc.catalog, retention=self.cfg.retention,
+            validate=validate, before=before, regression_tolerance=0.0, regression_k_se=0.0)
+        del policy, trainer
+        gc.collect()
+        after, macro_after = after_box[-1] if after_box else (None, None)
+        verdict = "promoted" if result.promoted else f"rolled back ({result.reason})"
+        return RouterReport(
+            trained=True, promoted=result.promoted, version=result.served,
+            hcp_path=str(result.hcp_path) if result.hcp_path else None, after=after,
+            accuracy_after=round(macro_after, 4) if macro_after is not None else None, steps=len(losses),
+            losses=tuple(losses), seconds=round(time.monotonic() - start, 1),
+            reason=f"routing accuracy {macro:.2f} < {cfg.threshold}: trained {entry.name} on {len(train)} tasks, "
+                   f"accuracy after {macro_after if macro_after is None else round(macro_after, 2)}; {verdict}",
+            **common)
+
+    # ------------------------------------------------------------------ rejection sampling
+    def _rft_phase(self, policy: Any, trainer: Any, train: Sequence[Task], served: str, before: RewardStats,
+                   resume: Checkpoint | None, tracker: Tracker) -> RFTReport | None:
+        """Attempts, keep the passes, fine-tune on them (``rft``); checkpointed as step 0 of the loop."""
+        import time
+
+        from mindforge.update.trainer import supervised_fit
+
+        if resume is not None:
+            found = resume.state.get("rft")
+            return RFTReport(**found) if found else None
+        cfg = self.cfg.rft
+        if not cfg.enabled:
+            return None
+        start = time.monotonic()
+        tasks = _batch(train, max(self.cfg.cycle - 1, 0), cfg.max_tasks or len(train))
+        groups = self._rollouts(tasks, served, cfg.attempts, 2_000_000, self.cfg.max_tokens,
+                                temperature=cfg.temperature)
+        persist(groups, self.out / "trajectories", "rft-attempts")
+        kept = rejection.keep(groups, cfg.max_per_task)
+        samples = rejection.samples_of(kept, self.route)
+        losses: list[float] = []
+        if samples:
+            sft = self.svc.make_trainer(policy, {**self._grpo_fields(), "lr": cfg.lr})
+            losses = supervised_fit(sft, samples, epochs=cfg.epochs, batch_size=cfg.batch_size, seed=self.cfg.seed,
+                                    label="rft", log=self.svc.log)
+        attempts = [t for g in groups for t in g]
+        passes = sum(rejection.passed(t) for t in attempts)
+        report = RFTReport(
+            tasks=len(tasks), attempts=len(attempts), passes=passes, pass_rate=round(passes / max(len(attempts), 1), 4),
+            tasks_with_pass=sum(any(rejection.passed(t) for t in g) for g in groups), kept=len(samples),
+            spread_tasks=rejection.spread(groups), steps=len(losses), losses=tuple(losses),
+            seconds=round(time.monotonic() - start, 1),
+            reason="" if samples else "no attempt passed: nothing to fine-tune on (reported, not skipped silently)")
+        self.svc.log(f"rft: {passes}/{len(attempts)} attempts passed on {report.tasks_with_pass}/{len(tasks)} tasks; "
+                     f"{len(samples)} answers kept, {len(losses)} steps; {len(report.spread_tasks)} tasks with a spread")
+        tracker.log(0, {"rft/pass_rate": report.pass_rate, "rft/kept": float(report.kept),
+                        **({"rft/nll_first": losses[0], "rft/nll_last": losses[-1]} if losses else {})})
+        save_checkpoint(self.checkpoints, 0, policy, trainer, {
+            "fingerprint": self.fingerprint, "curve": [], "before": before.model_dump(),
+            "rft": report.model_dump(mode="json")})
+        return report
 
     def _tasks(self) -> tuple[list[Task], list[Task], str]:
         """Training and held-out validation tasks of the route, and where they came from."""
-        tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
-                                    want=self.cfg.validation_tasks + self.cfg.batch_tasks)
+        if self.cfg.tasks == "archive":
+            tasks, source = archive_tasks(self.run_dir, self.cfg.cycle, (self.route,), self.cfg.seeds)
+        else:
+            tasks, source = cycle_tasks(self.run_dir, self.cfg.cycle, self.route, self.cfg.seeds,
+                                        want=self.cfg.validation_tasks + self.cfg.batch_tasks)
         if self.svc.sealed is not None:
             self.svc.sealed.refuse(tasks, f"Update's tasks ({source})")
         if self.cfg.max_difficulty is not None:
@@ -241,18 +398,23 @@ class _Run:
         return train, held, source
 
     def _parent_version(self) -> AdapterVersion:
-        served = self.doc["router"]["routes"][self.route]["served_adapter"]
+        return self._served_version(self.route)
+
+    def _served_version(self, route: str) -> AdapterVersion:
+        served = self.doc["router"]["routes"][route]["served_adapter"]
         found = self.svc.catalog.find(served)
         if found is None:
             from mindforge.catalog import CatalogError
 
-            raise CatalogError(f"the HCP serves {served} for {self.route}, which the catalog "
+            raise CatalogError(f"the HCP serves {served} for {route}, which the catalog "
                                f"{self.svc.catalog.root} does not hold")
         return found
 
     def _rollouts(self, tasks: Sequence[Task], served: str, samples: int, seed_offset: int,
-                  max_tokens: int | None) -> list[list[Trajectory]]:
+                  max_tokens: int | None, temperature: float | None = None) -> list[list[Trajectory]]:
         doc = _serving(self.doc, self.route, served)
+        if temperature is not None:
+            doc["provider"]["sampling"]["answer"]["temperature"] = temperature
         pin = self.route if self.cfg.routing == "pinned" and self.route != "L0" else None
         runner = self.svc.runner_for(doc, max_tokens, route=pin)
         # Every group of the step in flight at once: the engine batches up to 32 sequences.
@@ -278,6 +440,7 @@ class _Run:
             "parent": parent.name, "hcp": self.hcp_version, "route": self.route, "seed": self.cfg.seed,
             "group_size": self.cfg.group_size, "batch_tasks": self.cfg.batch_tasks, "reward": self.reward,
             "max_tokens": self.cfg.max_tokens, "routing": self.cfg.routing, "grpo": self._grpo_fields(),
+            "rft": self.cfg.rft.model_dump(mode="json"),
             "train": [t.id for t in train],
         }
         return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
@@ -293,11 +456,14 @@ class _Run:
                              f"fields or more than {self.cfg.steps} steps; remove {self.checkpoints} to start over")
         return found
 
-    def _train(self, policy: Any, train: Sequence[Task], before: RewardStats, resume: Checkpoint | None,
-               tracker: Tracker) -> list[CurveRow]:
-        trainer = self.svc.make_trainer(policy, self._grpo_fields())
+    def _train(self, policy: Any, trainer: Any, before: RewardStats, resume: Checkpoint | None,
+               tracker: Tracker, rft_trained: bool) -> list[CurveRow]:
+        """``steps`` GRPO steps on ``grpo_tasks``, rollouts on the weights being trained."""
+        train = self.grpo_tasks
         served = self.doc["router"]["routes"][self.route]["served_adapter"]
         curve: list[CurveRow] = []
+        if resume is None and rft_trained and self.cfg.steps:
+            served = self._serve_scratch(policy, 0)  # GRPO starts from the fine-tuned weights
         if resume is not None:
             restore(resume, policy, trainer)
             curve = [CurveRow(**r) for r in resume.state["curve"]]
@@ -370,16 +536,19 @@ class _Run:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _save(self, policy: Any, parent: AdapterVersion, train: Sequence[Task],
-              curve: list[CurveRow]) -> AdapterVersion:
-        used = sorted({t.id for step in range(self.cfg.steps)
-                       for t in _batch(train, step, self.cfg.batch_tasks)})
+              curve: list[CurveRow], rft: RFTReport | None) -> AdapterVersion:
+        used = {t.id for step in range(self.cfg.steps) for t in _batch(self.grpo_tasks, step, self.cfg.batch_tasks)}
+        if rft is not None:
+            used |= {t.id for t in _batch(train, max(self.cfg.cycle - 1, 0), self.cfg.rft.max_tasks or len(train))}
+        used = sorted(used)
         return self.svc.catalog.save(
             self.route, write_peft_adapter(policy, TRAIN_ADAPTER), prefix=self.prefix,
             parent=parent.version, cycle=self.cfg.cycle, hcp_version=self.hcp_version,
             base_model=self.svc.base_model,
             training=TrainingData(task_ids=tuple(used), dataset=str(self.out / "trajectories"),
                                   steps=self.cfg.steps),
-            metrics={"curve": [r.model_dump() for r in curve]},
+            metrics={"curve": [r.model_dump() for r in curve],
+                     **({"rft": rft.model_dump(mode="json")} if rft else {})},
         )
 
     def _hand_off(self, policy: Any, entry: AdapterVersion, held: Sequence[Task],
@@ -405,7 +574,8 @@ class _Run:
         return result, (after_box[-1] if after_box else None)
 
     def _finish(self, handed: tuple[HandoffResult, RewardStats | None], entry: AdapterVersion,
-                before: RewardStats, curve: list[CurveRow], source: str, n_held: int) -> UpdateResult:
+                before: RewardStats, curve: list[CurveRow], source: str, n_held: int,
+                router: RouterReport | None, rft: RFTReport | None) -> UpdateResult:
         result, after = handed
         res = UpdateResult(
             route=self.route, version=result.served, candidate=entry.name, promoted=result.promoted,
@@ -413,7 +583,7 @@ class _Run:
             reward_after=after.mean if after else None,
             se=paired_se(before, after) if after else None, se_before=before.se,
             se_after=after.se if after else None, validation_tasks=n_held, hcp=result.hcp_hash,
-            hcp_path=result.hcp_path, curve=tuple(curve), adapter_path=entry.path,
+            hcp_path=result.hcp_path or self.router_hcp, curve=tuple(curve), router=router, rft=rft, adapter_path=entry.path,
             trajectories=self.out / "trajectories", tasks_source=source, unloaded=result.unloaded,
             tensorboard=self.out / "tensorboard" if "tensorboard" in self.cfg.tracking else None,
         )

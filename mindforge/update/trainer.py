@@ -111,6 +111,29 @@ class GRPOTrainer:
         self.steps += 1
         return metrics
 
+    def supervised_step(self, samples: Sequence[Sample]) -> dict[str, Any]:
+        """One optimizer update maximising the likelihood of ``samples``' masked tokens.
+
+        The rejection-sampling and router phases use it: their samples are kept
+        (verified) completions or target labels, so the objective is the
+        negative log-likelihood, each sample's tokens weighted by its
+        ``advantage`` (a weight here: 1, or a family's share for balance) and
+        normalised over the step's tokens (the ``dapo`` weighting).
+        """
+        start = time.monotonic()
+        metrics: dict[str, Any] = {"samples": len(samples), "tokens": sum(s.active for s in samples),
+                                   "loss": 0.0, "grad_norm": 0.0, "updated": False}
+        if samples:
+            weights = token_weights([s.active for s in samples], "dapo", self.cfg.max_completion_length)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = 0.0
+            with self._eval_mode():
+                for batch, w, use_prefix in self._micro_batches(samples, weights, None):
+                    loss += self._backward(batch, w, use_prefix, supervised=True)[0]
+            metrics.update(loss=loss, updated=True, grad_norm=self._clip_and_step())
+        metrics["seconds"] = time.monotonic() - start
+        return metrics
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs besides the adapter's tensors: AdamW's moments and step counts."""
         return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
@@ -146,16 +169,19 @@ class GRPOTrainer:
                 clipped_sum += float(stats["clipped"].sum())
                 tokens += int(stats["clipped"].numel())
                 resident_groups += int(use_prefix)
+        return {
+            "loss": loss, "kl": kl_sum / max(tokens, 1), "clip_fraction": clipped_sum / max(tokens, 1),
+            "grad_norm": self._clip_and_step(), "resident_groups": resident_groups, "updated": True,
+        }
+
+    def _clip_and_step(self) -> float:
         grads = [p.grad for p in self.params if p.grad is not None]
         norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
         if self.cfg.max_grad_norm is not None and grads:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.cfg.max_grad_norm, norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {
-            "loss": loss, "kl": kl_sum / max(tokens, 1), "clip_fraction": clipped_sum / max(tokens, 1),
-            "grad_norm": float(norm), "resident_groups": resident_groups, "updated": True,
-        }
+        return float(norm)
 
     def _micro_batches(self, samples: Sequence[Sample], weights: Sequence[float],
                        resident: bool | None) -> list[tuple[list[Sample], list[float], bool]]:
@@ -185,11 +211,16 @@ class GRPOTrainer:
             return resident_prefix_logprobs(self.parts, batch, targets, k, pad=self.pad, chunk=chunk)
         return naive_logprobs(self.parts, batch, targets, pad=self.pad, chunk=chunk)
 
-    def _backward(self, batch: list[Sample], weights: list[float],
-                  use_prefix: bool) -> tuple[float, dict[str, torch.Tensor]]:
+    def _backward(self, batch: list[Sample], weights: list[float], use_prefix: bool,
+                  supervised: bool = False) -> tuple[float, dict[str, torch.Tensor]]:
         targets = Targets.of(batch, self.device)
         weight_N = torch.tensor([w for s, w in zip(batch, weights, strict=True) for _ in range(s.active)],
                                 dtype=torch.float32, device=self.device)
+        if supervised:  # NLL of the kept tokens; the advantage field carries each sample's weight
+            logp_N = self._logprobs(batch, targets, use_prefix)
+            loss = -(logp_N * targets.adv_N * weight_N).sum()
+            loss.backward()
+            return float(loss.detach()), {}
         ref_N = None
         if self.cfg.beta != 0.0:
             with torch.no_grad(), self.policy.disable_adapter():
@@ -236,3 +267,22 @@ class GRPOTrainer:
                 policy.train(self.was)
 
         return _Eval() if hasattr(policy, "eval") else nullcontext()
+
+
+def supervised_fit(trainer: GRPOTrainer, samples: Sequence[Sample], *, epochs: int, batch_size: int, seed: int,
+                   label: str, log: Any = None) -> list[float]:
+    """``epochs`` passes of ``trainer.supervised_step`` over ``samples`` in batches shuffled by ``seed``;
+    the loss of each optimizer step (the rejection-sampling and router phases)."""
+    import random
+
+    losses: list[float] = []
+    order = list(range(len(samples)))
+    for epoch in range(epochs):
+        random.Random(seed * 7919 + epoch).shuffle(order)
+        for k in range(0, len(order), batch_size):
+            metrics = trainer.supervised_step([samples[i] for i in order[k:k + batch_size]])
+            losses.append(round(float(metrics["loss"]), 5))
+            if log is not None:
+                log(f"{label} epoch {epoch + 1}/{epochs} batch {k // batch_size + 1}: "
+                    f"nll {metrics['loss']:.4f} ({metrics['seconds']:.1f}s)")
+    return losses

@@ -1,0 +1,88 @@
+"""Rejection-sampling fine-tuning: the route's adapter learns from its own verified answers.
+
+With a base pass rate of a few percent most GRPO groups are all-fail and
+teach nothing; every pass, though, is a correct program the model wrote
+(STaR, ReST-EM, RAFT). The phase:
+
+1. ``attempts`` rollouts of each training task through the production
+   harness on the served adapter (the same rendering, route pin and engine
+   token ids as GRPO's rollouts), at ``temperature`` for diversity;
+2. the sandbox verdict keeps the passes (a whole pass, not a partial
+   reward); identical answers of one task count once, and at most
+   ``max_per_task`` are kept so that easy tasks do not dominate;
+3. ``epochs`` passes of maximum likelihood on the kept answers' completion
+   tokens (the same masks as GRPO: prompts and tool results carry no loss).
+
+It also tells GRPO where its signal is: tasks whose attempts both passed and
+failed (a spread) are the ones a group-relative advantage can learn from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mindforge.tasks.models import Trajectory, VerdictStatus
+from mindforge.update.samples import Sample, kept_samples
+
+
+class RejectionSampling(BaseModel):
+    """The rejection-sampling phase of Update (``UpdateConfig.rft``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    attempts: int = Field(default=4, ge=1)  # K rollouts a task
+    temperature: float = Field(default=0.8, ge=0.0)  # answer sampling of the attempts
+    max_tasks: int | None = Field(default=48, ge=1)  # tasks attempted a cycle (a window over the pool)
+    max_per_task: int = Field(default=2, ge=1)  # distinct passing answers kept a task
+    epochs: int = Field(default=2, ge=1)
+    batch_size: int = Field(default=8, ge=1)  # samples an optimizer step
+    lr: float = Field(default=1e-4, gt=0)
+
+
+class RFTReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    tasks: int
+    attempts: int
+    passes: int
+    pass_rate: float  # over all attempts: the training reward of this phase
+    tasks_with_pass: int
+    kept: int  # distinct passing answers trained on
+    spread_tasks: tuple[str, ...]  # some attempts passed, some failed: GRPO's signal
+    steps: int
+    losses: tuple[float, ...]
+    seconds: float
+    reason: str = ""
+
+
+def passed(t: Trajectory) -> bool:
+    return t.verdict is not None and t.verdict.status == VerdictStatus.PASS
+
+
+def keep(groups: Sequence[Sequence[Trajectory]], max_per_task: int) -> list[list[Trajectory]]:
+    """Each task's distinct passing attempts, at most ``max_per_task`` (in sample order)."""
+    out = []
+    for group in groups:
+        seen: set[str] = set()
+        mine: list[Trajectory] = []
+        for t in group:
+            key = " ".join(t.answer.split())
+            if passed(t) and key not in seen and len(mine) < max_per_task:
+                seen.add(key)
+                mine.append(t)
+        out.append(mine)
+    return out
+
+
+def spread(groups: Sequence[Sequence[Trajectory]]) -> tuple[str, ...]:
+    return tuple(g[0].task_id for g in groups
+                 if g and any(passed(t) for t in g) and not all(passed(t) for t in g))
+
+
+def samples_of(kept: Sequence[Sequence[Trajectory]], route: str) -> list[Sample]:
+    """Supervised samples; one group a task, so a task's answers share its prompt's forward."""
+    return [s for gi, ts in enumerate(kept) for s in kept_samples(ts, route, group=gi)]
+
