@@ -158,6 +158,15 @@ def test_missing_image_is_infra_failure_not_a_verdict():
         SandboxPool(SandboxConfig(image="mindforge-sandbox:does-not-exist", pool_size=1)).start()
 
 
+def test_an_unreachable_daemon_is_named_before_any_image_build(tmp_path):
+    from mindforge.sandbox import SandboxConfig, ensure_image
+    from mindforge.sandbox.image import ImageError
+
+    host = f"unix://{tmp_path}/no-daemon.sock"
+    with pytest.raises(ImageError, match="Docker daemon is not reachable"):
+        ensure_image(SandboxConfig(docker_host=host), log=lambda m: None)
+
+
 def test_no_container_left_after_the_pool_closes():
     require(_docker_up(), "Docker engine not running")
     from mindforge.sandbox import SandboxConfig, SandboxPool

@@ -103,11 +103,14 @@ def debian_base(log=print, host: str | None = None) -> str:
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, text=True,
-                             env=_env(host))
+        imp = subprocess.Popen(["docker", "import", "-", tag], stdin=tar.stdout, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=_env(host))
+        # Only docker may hold the pipe's read end: if it dies early, tar must get SIGPIPE, not block forever.
+        tar.stdout.close()
+        _, err = imp.communicate()
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
-            raise ImageError(f"docker import failed: {imp.stderr[-2000:]}")
+            raise ImageError(f"docker import failed: {err[-2000:]}")
     return tag
 
 
@@ -128,6 +131,11 @@ def ensure_image(config: SandboxConfig, log=print) -> str:
     tag = image_tag(config)
     if image_exists(tag, config.docker_host):
         return tag
+    # A stopped daemon reads as a missing image; say so before minutes of debootstrap that cannot import.
+    ping = _docker("version", "--format", "{{.Server.Version}}", host=config.docker_host, timeout=30)
+    if ping.returncode != 0:
+        raise ImageError(f"the Docker daemon is not reachable ({ping.stderr.strip()[-300:]}); "
+                         "`make setup` starts it, or set DOCKER_HOST")
     if config.image:
         raise ImageError(f"configured sandbox image {tag} is missing")
     base = resolve_base(config, log)
