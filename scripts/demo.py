@@ -1,4 +1,10 @@
-"""`make demo`: one full RSI cycle on the embedded default, through Prefect, then a summary.
+"""`make demo` and `make efficacy`: RSI cycles on the embedded default, through Prefect, then a summary.
+
+`make demo` runs one cycle of the ``rsi-cycle/embedded`` deployment on
+``runs/demo``; `make efficacy RUN=DIR` runs the ``rsi-cycle/efficacy``
+deployment (three cycles, the sealed eval before and after each) on DIR and
+ends with ``mindforge status DIR``. ``--deployment``, ``--run-dir`` and
+``--cycles`` choose.
 
 Steps (``make demo`` has already run ``make setup``):
 
@@ -8,9 +14,9 @@ Steps (``make demo`` has already run ``make setup``):
    cycle starts the embedded engine itself, on the run's own adapters;
 3. ``prefect work-pool create mindforge --type process``,
    ``prefect --no-prompt deploy --all`` from prefect.yaml, a worker;
-4. ``prefect deployment run 'rsi-cycle/embedded' --watch`` on ``runs/demo``
-   (each demo runs that run's next cycle);
-5. the cycle's summary: tasks accepted, HCP change, adapter version,
+4. ``prefect deployment run 'rsi-cycle/<deployment>' --watch`` on the run
+   directory (each demo runs that run's next cycles);
+5. each cycle's summary: tasks accepted, HCP change, adapter version,
    validation before and after, and the UI address of the run's artifacts.
 
 The worker is stopped at the end; the Prefect server keeps running so the UI
@@ -19,6 +25,7 @@ stays open (``mindforge down`` stops it).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -29,7 +36,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
 MF, PREFECT = str(BIN / "mindforge"), str(BIN / "prefect")
-RUN_DIR = REPO / "runs" / "demo"
 PARTS = (
     ("embedded engine (mindforge engine serve)", ["engine", "serve"], 4),
     ("router harness and proxy (mindforge serve)", ["serve"], 4),
@@ -100,13 +106,13 @@ def flow_run_id(text: str) -> str | None:
     return None
 
 
-def print_summary(cycle: int, ui: str, run_id: str | None) -> None:
+def print_summary(run_dir: Path, cycle: int, ui: str, run_id: str | None) -> None:
     from mindforge.eval.report import efficacy_cell
 
-    path = RUN_DIR / "cycles" / str(cycle) / "summary.json"
+    path = run_dir / "cycles" / str(cycle) / "summary.json"
     s = json.loads(path.read_text())
     val, adapter = s["validation"], s["adapter"]
-    print(f"\n== Cycle {cycle} of {RUN_DIR}")
+    print(f"\n== Cycle {cycle} of {run_dir}")
     print(f"tasks accepted:     {s['tasks_accepted']} {s['tasks_by_family']} (archive {s['archive_tasks']})")
     print(f"HCP:                {s['hcp_start']} -> {s['hcp_best']} (Expansion) -> {s['hcp_after']} (Update)")
     print(f"Expansion changed:  {', '.join(s['hcp_changed_paths']) or 'none'}")
@@ -122,7 +128,21 @@ def print_summary(cycle: int, ui: str, run_id: str | None) -> None:
               f"cycle-{cycle}-expansion-trajectories, cycle-{cycle}-summary)")
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deployment", default="embedded", help="rsi-cycle deployment of prefect.yaml")
+    ap.add_argument("--run-dir", type=Path, default=REPO / "runs" / "demo")
+    ap.add_argument("--cycles", type=int, default=None, help="cycles to run (default: the deployment's)")
+    ap.add_argument("--status", action="store_true", help="end with `mindforge status RUN_DIR`")
+    ap.add_argument("--complete", action="store_true",
+                    help="run only the cycles the run lacks of the deployment's count (a rerun resumes, "
+                         "a finished run only reports)")
+    return ap.parse_args(argv)
+
+
 def main() -> int:
+    args = parse_args()
+    run_dir = args.run_dir if args.run_dir.is_absolute() else (Path.cwd() / args.run_dir).resolve()
     t0 = time.monotonic()
     missing = missing_parts()
     if missing:
@@ -143,24 +163,36 @@ def main() -> int:
          env, ok_codes=(0, 1))  # 1: it exists already
     if not step("Deployments from prefect.yaml", [PREFECT, "--no-prompt", "deploy", "--all"], env):
         return 1
+    first = next_cycle(run_dir)
+    spec = deployment_params(args.deployment)
+    cycles = args.cycles or int(spec.get("cycles", 1))
+    if args.complete:
+        cycles -= first - 1
+    if cycles <= 0:
+        print(f"\n{run_dir} has its {first - 1} cycle(s) already", flush=True)
+        return 0 if not args.status or step(f"Status of {run_dir}", [MF, "status", str(run_dir)], env) else 1
     worker = start_worker(env, settings.services_dir / "demo-worker.log")
-    cycle = next_cycle(RUN_DIR)
-    params = json.dumps({"params": {**deployment_params("embedded"), "run_dir": str(RUN_DIR), "cycles": 1}})
-    argv = [PREFECT, "deployment", "run", "rsi-cycle/embedded", "--params", params, "--watch",
-            "--watch-timeout", "7200"]
-    print(f"\n== One RSI cycle through Prefect (cycle {cycle})\n$ {' '.join(argv)}", flush=True)
+    params = json.dumps({"params": {**spec, "run_dir": str(run_dir), "cycles": cycles}})
+    argv = [PREFECT, "deployment", "run", f"rsi-cycle/{args.deployment}", "--params", params, "--watch",
+            "--watch-timeout", str(7200 * cycles)]
+    print(f"\n== {cycles} RSI cycle(s) through Prefect (from cycle {first})\n$ {' '.join(argv)}", flush=True)
     try:
         done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     finally:
         stop(worker)
     print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
     ui = f"http://{settings.host}:{settings.prefect_port}"
-    if not (RUN_DIR / "cycles" / str(cycle) / "summary.json").exists():
-        print(f"the cycle did not finish; rerun `make demo` to resume it. Worker log: "
+    run_id = flow_run_id(done.stdout + done.stderr)
+    finished = [c for c in range(first, first + cycles) if (run_dir / "cycles" / str(c) / "summary.json").exists()]
+    for cycle in finished:
+        print_summary(run_dir, cycle, ui, run_id)
+    if args.status:
+        step(f"Status of {run_dir}", [MF, "status", str(run_dir)], env)
+    if len(finished) < cycles:
+        print(f"{cycles - len(finished)} cycle(s) did not finish; rerun the same command to resume. Worker log: "
               f"{settings.services_dir / 'demo-worker.log'}; UI: {ui}")
         return 1
-    print_summary(cycle, ui, flow_run_id(done.stdout + done.stderr))
-    print(f"\nmake demo: {time.monotonic() - t0:.0f}s for the cycle and the services (setup ran before)")
+    print(f"\n{time.monotonic() - t0:.0f}s for {cycles} cycle(s) and the services (setup ran before)")
     return 0
 
 

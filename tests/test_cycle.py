@@ -135,3 +135,22 @@ def test_killing_a_cycle_during_expansion_and_rerunning_resumes_there(tmp_path: 
     assert stages == [("discovery", False), ("expansion", False), ("expansion", True), ("update", True), ("eval", True)]
     assert result.stages["discovery"].status == "resumed"
     assert result.stages["expansion"].status == "ran" and result.stages["update"].status == "ran"
+
+
+@pytest.mark.parametrize("name", ["embedded", "scheduled", "efficacy"])
+def test_every_cycle_deployment_of_prefect_yaml_builds_valid_stage_configs(name: str, tmp_path: Path) -> None:
+    import yaml
+
+    from mindforge.cycle.config import validate_stage_configs
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))
+    params = next(d for d in spec["deployments"] if d["name"] == name)["parameters"]["params"]
+    config = load_cycle_config(f"prefect.yaml deployment {name}", {**params, "run_dir": str(tmp_path)})
+    for cycle in range(1, config.cycles + 1):
+        validate_stage_configs(config, cycle)
+    if name == "efficacy":  # the efficacy run's levers are on, at the sizes its 90 minutes allow
+        from mindforge.cycle.config import update_config
+
+        update = update_config(config, 1)
+        assert config.cycles == 3 and "eval" in config.stages
+        assert update.rft.enabled and update.router.enabled and update.tasks == "archive"

@@ -76,14 +76,14 @@ def test_prefect_yaml_declares_the_deployments(deployments) -> None:
     found = _api(deployments, "POST", "/deployments/filter", {})
     flows = {f["id"]: f["name"] for f in _api(deployments, "POST", "/flows/filter", {})}
     names = {f"{flows[d['flow_id']]}/{d['name']}": d for d in found}
-    assert {"rsi-cycle/embedded", "rsi-cycle/scheduled", "discovery/default", "expansion/default",
-            "update/default"} <= set(names)
+    assert {"rsi-cycle/embedded", "rsi-cycle/scheduled", "rsi-cycle/efficacy", "discovery/default",
+            "expansion/default", "update/default"} <= set(names)
     assert all(d["work_pool_name"] == "mindforge" for d in names.values())
     scheduled = names["rsi-cycle/scheduled"]
     crons = [s["schedule"].get("cron") for s in scheduled["schedules"]]
     assert crons == ["0 3 * * *"] and scheduled["schedules"][0]["active"]
     assert not names["rsi-cycle/embedded"]["schedules"]
-    for name in ("rsi-cycle/embedded", "rsi-cycle/scheduled"):  # one run of a deployment at a time
+    for name in ("rsi-cycle/embedded", "rsi-cycle/scheduled", "rsi-cycle/efficacy"):  # one run of a deployment at a time
         limit = names[name].get("global_concurrency_limit") or {}
         assert names[name].get("concurrency_limit") == 1 or limit.get("limit") == 1, names[name]
     schema = names["rsi-cycle/embedded"]["parameter_openapi_schema"]

@@ -294,6 +294,8 @@ class _Run:
         if macro >= cfg.threshold:
             return RouterReport(trained=False, reason=f"routing accuracy {macro:.2f} >= threshold {cfg.threshold}; "
                                 f"not trained", seconds=round(time.monotonic() - start, 1), **common)
+        self.svc.log(f"router: accuracy {macro:.2f} < {cfg.threshold} on {len(held)} held-out tasks "
+                     f"({_shares_text(shares)}); training L0's route hop on {len(train)} tasks")
         parent = self._served_version("L0")
         policy = self.svc.load_policy(parent)
         trainer = self.svc.make_trainer(policy, {**self._grpo_fields(), "route": "L0", "lr": cfg.lr})
@@ -619,3 +621,7 @@ def _as_dict(metrics: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(metrics):
         return dataclasses.asdict(metrics)
     return dict(vars(metrics))
+
+
+def _shares_text(shares: dict[str, float]) -> str:
+    return ", ".join(f"{family} {share:.2f}" for family, share in sorted(shares.items()))
