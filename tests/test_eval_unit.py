@@ -134,6 +134,25 @@ def test_each_cycle_is_paired_with_the_previous_one_and_with_cycle_0(tmp_path: P
     assert [r.cycle for r in efficacy(tmp_path)] == [0, 1, 2]
 
 
+def test_a_diagnostic_eval_is_stored_beside_the_cycles_eval_never_as_it(tmp_path: Path) -> None:
+    ids = [t.id for t in TASKS]
+    cycle0 = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(StandInSolver(passing=set(ids[:1]))))
+    doc = load_hcp(default_hcp_path()).to_document()
+    doc["router"]["routes"]["L2"]["served_adapter"] = "mf-L2-v0001"
+    trained = tmp_path / "trained.hcp.json"
+    trained.write_text(json.dumps(doc))
+    for diagnostic in ({"pin_route": "L2"}, {"hcp": trained}, {"adapters_from": trained}):
+        config = EvalConfig(run_dir=tmp_path, cycle=1, **diagnostic)
+        assert config.diagnostic
+        # The runtime serves the override (eval.runtime); here the stand-in services carry what it would.
+        hcp = load_hcp(default_hcp_path()) if "pin_route" in diagnostic else parse_hcp(doc, "trained")
+        got = run_eval(config, EvalServices(tasks=TASKS, bench_sha="sha", hcp=hcp,
+                                            solver=StandInSolver(passing=set(ids[:2]))))
+        assert got.key != cycle0.key and got.vs_cycle0.gained == 1
+    assert not (tmp_path / "cycles" / "1" / "eval").exists() or not any((tmp_path / "cycles" / "1" / "eval").iterdir())
+    assert [r.cycle for r in efficacy(tmp_path)] == [0]
+
+
 def test_the_same_configuration_in_a_later_cycle_reuses_the_stored_rows(tmp_path: Path) -> None:
     solver = StandInSolver(passing={TASKS[0].id})
     run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(solver))

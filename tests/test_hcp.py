@@ -31,7 +31,7 @@ from mindforge.hcp import (
     without_editor_keys,
 )
 from mindforge.hcp.diff import changed_pointers, diff_documents
-from mindforge.hcp.patch import apply_patch, guarded_violations, served_adapter_patch
+from mindforge.hcp.patch import apply_patch, guarded_violations, served_adapter_patch, serving_patch
 from mindforge.hcp.semantics import semantic_problems
 from mindforge.hcp.validate import schema_validator
 
@@ -375,6 +375,15 @@ def test_served_adapter_patch() -> None:
     new = apply_patch(DEFAULT, served_adapter_patch("L2", "mf-L2-v0001"))
     assert parse_hcp(new).served_adapter("L2") == "mf-L2-v0001"
     assert diff_documents(DEFAULT, new).paths == ("/router/routes/L2/served_adapter",)
+
+
+def test_serving_patch_moves_every_routes_adapter_version_and_nothing_else() -> None:
+    trained = apply_patch(DEFAULT, served_adapter_patch("L0", "mf-L0-v0003") + served_adapter_patch("L2", "mf-L2-v0007"))
+    edited = apply_patch(DEFAULT, [{"op": "replace", "path": "/router/route_prompt", "value": DEFAULT["router"]["route_prompt"] + " Be brief."}])
+    both = parse_hcp(apply_patch(edited, serving_patch(parse_hcp(trained))))
+    assert (both.served_adapter("L0"), both.served_adapter("L2")) == ("mf-L0-v0003", "mf-L2-v0007")
+    assert diff_documents(edited, both.to_document()).paths == ("/router/routes/L0/served_adapter",
+                                                                "/router/routes/L2/served_adapter")
 
 
 _DELETE = object()

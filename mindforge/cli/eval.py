@@ -30,6 +30,12 @@ def eval_(
     pin_route: Annotated[str | None, typer.Option(
         "--pin-route", help="Diagnostic: every task answered by this route, no route hop (oracle routing); "
                             "stored beside the cycle's eval, never as it.", **choices(*ROUTES))] = None,
+    hcp: Annotated[Path | None, typer.Option(
+        "--hcp", help="Diagnostic: score this HCP file (and the adapters it names) instead of the one in force; "
+                      "stored beside the cycle's eval, never as it.")] = None,
+    adapters_from: Annotated[Path | None, typer.Option(
+        "--adapters-from", help="Diagnostic: serve the adapter versions this HCP file names with the scored "
+                                "HCP's prompts and settings (Expansion-alone / Update-alone ablations).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON object: the eval.")] = False,
 ) -> None:
     """Score a sealed benchmark through the production harness with the HCP and adapters a cycle left in force.
@@ -45,7 +51,7 @@ def eval_(
     from mindforge.settings import load_settings
 
     config = EvalConfig(run_dir=run_dir, cycle=cycle, bench=bench, samples=samples, max_tasks=max_tasks,
-                        concurrency=concurrency, pin_route=pin_route)
+                        concurrency=concurrency, pin_route=pin_route, hcp=hcp, adapters_from=adapters_from)
 
     def log(message: str) -> None:
         print(f"[eval] {message}", file=sys.stderr, flush=True)

@@ -27,3 +27,13 @@ class EvalConfig(BaseModel):
     pin_route: Route | None = Field(
         default=None, description="A diagnostic, not the cycle's number: every task answered by this route "
                                   "with no route hop (oracle routing), to measure what routing costs")
+    hcp: Path | None = Field(default=None, description="A diagnostic: score this HCP file (and the adapter "
+                                                       "versions it names) instead of the one in force")
+    adapters_from: Path | None = Field(
+        default=None, description="A diagnostic: serve the adapter versions this HCP file names, with the "
+                                  "scored HCP's prompts and settings (an ablation of Expansion against Update)")
+
+    @property
+    def diagnostic(self) -> bool:
+        """Scored beside the cycle's eval, never as it."""
+        return self.pin_route is not None or self.hcp is not None or self.adapters_from is not None

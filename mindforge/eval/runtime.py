@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from mindforge.eval.config import EvalConfig
 from mindforge.eval.stage import EvalServices
 from mindforge.harness import task_runner
-from mindforge.hcp import HCP, load_hcp
+from mindforge.hcp import HCP, apply_patch, load_hcp, parse_hcp, serving_patch
 from mindforge.rollouts import HarnessSolver
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
@@ -26,7 +26,10 @@ from mindforge.tasks import benchmarks
 def open_services(run: RunServices, config: EvalConfig,
                   log: Callable[[str], None] = print) -> Iterator[EvalServices]:
     bench = benchmarks.get(run.settings.cache_dir, config.bench)
-    hcp = load_hcp(run.hcp_path(config.cycle, "eval"))
+    hcp = load_hcp(run.hcp_path(config.cycle, "eval", config.hcp))
+    if config.adapters_from is not None:
+        hcp = parse_hcp(apply_patch(hcp.to_document(), serving_patch(load_hcp(config.adapters_from)),
+                                    str(config.adapters_from)), str(config.adapters_from))
     run.serve(hcp.to_document(), log)
     client = run.engine_client()  # one client: its connection pools are per event loop
 

@@ -156,7 +156,7 @@ def run_eval(config: EvalConfig, services: EvalServices) -> EvalResult:
     result = _result(config, services, key, tasks, rows, k_rows, round(0.0 if reused else time.monotonic() - t0, 1),
                      reused)
     atomic_write_json(folder / "result.json", result.model_dump(mode="json"))
-    if config.pin_route is None:  # a pinned eval is a diagnostic beside the cycle's eval, never in its place
+    if not config.diagnostic:
         RunDir(config.run_dir).mark_done(config.cycle, "eval", result.model_dump(mode="json"))
     return result
 

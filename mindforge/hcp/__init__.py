@@ -10,6 +10,7 @@ Public API (import from here)::
     apply_patch(doc, ops, source) -> dict  RFC 6902, /guarded refused, result re-validated
     diff_documents(a, b, a_name, b_name) -> HCPDiff   changed pointers + unified diff
     served_adapter_patch(route, name) -> list[op]     the edit Update makes
+    serving_patch(hcp) -> list[op]                    serve another HCP's adapter versions (ablations)
     import_mol_profile(dir, model_name=, base_model=, template=, default_route=) -> dict
 """
 
@@ -32,7 +33,7 @@ from mindforge.hcp.models import (
     TunableRange,
 )
 from mindforge.hcp.mol import import_mol_profile
-from mindforge.hcp.patch import GuardedEdit, apply_patch, guarded_violations, served_adapter_patch
+from mindforge.hcp.patch import GuardedEdit, apply_patch, guarded_violations, served_adapter_patch, serving_patch
 from mindforge.hcp.semantics import semantic_problems, under_guarded
 from mindforge.hcp.validate import (
     DocumentErrors,
@@ -75,6 +76,7 @@ __all__ = [
     "schema_dir",
     "semantic_problems",
     "served_adapter_patch",
+    "serving_patch",
     "under_guarded",
     "validate_document",
     "without_editor_keys",

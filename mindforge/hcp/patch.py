@@ -123,3 +123,9 @@ def served_adapter_patch(route: str, served_adapter: str) -> list[dict[str, Any]
     return [
         {"op": "replace", "path": f"/router/routes/{route}/served_adapter", "value": served_adapter}
     ]
+
+
+def serving_patch(source: Any) -> list[dict[str, Any]]:
+    """The edits that serve ``source``'s (an HCP's) adapter versions on every route, and change nothing else:
+    an ablation scores one HCP's prompts and settings with another's weights."""
+    return [op for route in source.router.routes for op in served_adapter_patch(route, source.served_adapter(route))]
