@@ -101,3 +101,29 @@ def test_split_is_stable_and_falls_back_to_seeds(tmp_path) -> None:
     found, source = cycle_tasks(RunDir(tmp_path), 1, "L2", want=6)
     assert [t.id for t in found[:3]] == [t.id for t in tasks[:3]] and len(found) == len(tasks)
     assert source.endswith("(3 tasks) and " + str(seed_dir()))
+
+
+def _measured(task, rate):
+    prov = task.provenance.model_copy(update={"source": "discovery", "extra": {"solve_rate": rate}})
+    return task.model_copy(update={"provenance": prov})
+
+
+def test_validation_holds_out_learnable_tasks_in_proportion_and_rft_attempts_them_first(tmp_path) -> None:
+    from mindforge.update.inputs import learnable
+    from mindforge.update.rft import attempted
+
+    seeds, _ = cycle_tasks(RunDir(tmp_path), 1, "L2")
+    # Six tasks Discovery measured inside the band, two it measured at the edges (never kept as learnable).
+    measured = [_measured(t, 0.5) for t in seeds[:6]] + [_measured(seeds[6], 0.0), _measured(seeds[7], 1.0)]
+    tasks = measured + seeds[8:38]
+    train, held = split(tasks, 8, seed=0)
+    assert len(held) == 8 and sum(map(learnable, held)) == 1  # 8 * 6/38 rounds to 1
+    assert all(learnable(t) for t in train[:5]) and not any(learnable(t) for t in train[5:])
+    assert split(list(reversed(tasks)), 8, seed=0) == (train, held)
+    first, second = attempted(train, 10, cycle=1), attempted(train, 10, cycle=2)
+    assert [t.id for t in first[:5]] == [t.id for t in train[:5]] == [t.id for t in second[:5]]
+    assert {t.id for t in first[5:]}.isdisjoint(t.id for t in second[5:])  # the unmeasured window moves
+    assert len(attempted(train, None, cycle=1)) == len(train)
+    # No learnable task at all: the old behaviour, a hashed split.
+    train2, held2 = split(seeds, 4, seed=3)
+    assert len(held2) == 4 and not any(map(learnable, held2))

@@ -49,12 +49,34 @@ def archive_tasks(run: RunDir, cycle: int, families: tuple[str, ...], seeds: Pat
     return list(seen.values()), f"{len(found)} discovered task(s) of cycles <= {cycle} and {source}"
 
 
+def solve_rate(task: Task) -> float | None:
+    """The model's measured solve rate when Discovery accepted the task (None: never measured, e.g. a seed)."""
+    rate = task.provenance.extra.get("solve_rate")
+    return float(rate) if isinstance(rate, int | float) else None
+
+
+def learnable(task: Task) -> bool:
+    """Measured inside (0, 1): some attempts pass and some fail, so there is something to learn from and
+    a change to see. Seeds written for larger models are often never solved by a small one."""
+    rate = solve_rate(task)
+    return rate is not None and 0.0 < rate < 1.0
+
+
 def split(tasks: list[Task], validation: int, seed: int) -> tuple[list[Task], list[Task]]:
-    """(train, validation): ``validation`` tasks held out, chosen by hashed id order."""
+    """(train, validation): ``validation`` tasks held out by hashed id order, learnable tasks (``learnable``)
+    and the rest in proportion, so that a validation of unsolvable seeds does not read 0 before and after
+    whatever the training did. Learnable tasks lead the training list."""
     ranked = sorted(tasks, key=lambda t: hashlib.sha256(f"{seed}|{t.id}".encode()).hexdigest())
-    held = ranked[:validation] if validation < len(ranked) else ranked[: max(len(ranked) - 1, 0)]
+    held_n = validation if validation < len(ranked) else max(len(ranked) - 1, 0)
+    good = [t for t in ranked if learnable(t)]
+    rest = [t for t in ranked if not learnable(t)]
+    from_good = min(len(good) - 1 if len(good) > 1 else 0, max(round(held_n * len(good) / max(len(ranked), 1)),
+                                                                1 if len(good) > 1 else 0))
+    held = good[:from_good] + rest[: held_n - from_good]
+    if len(held) < held_n:  # too few others: the rest from the learnable ones
+        held += good[from_good: from_good + held_n - len(held)]
     held_ids = {t.id for t in held}
-    return [t for t in ranked if t.id not in held_ids], held
+    return [t for t in good + rest if t.id not in held_ids], held
 
 
 def current_hcp_path(run: RunDir, cycle: int, explicit: Path | None = None) -> Path:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mindforge.tasks.models import Trajectory, VerdictStatus
+from mindforge.tasks.models import Task, Trajectory, VerdictStatus
 from mindforge.update.samples import Sample, kept_samples
 
 
@@ -56,6 +56,20 @@ class RFTReport(BaseModel):
     losses: tuple[float, ...]
     seconds: float
     reason: str = ""
+
+
+def attempted(train: Sequence[Task], max_tasks: int | None, cycle: int) -> list[Task]:
+    """The tasks attempted this cycle: every learnable one (Discovery measured the model solving it
+    sometimes; ``inputs.learnable``), then a window over the others that moves each cycle, up to
+    ``max_tasks``."""
+    from mindforge.update.inputs import learnable
+
+    cap = max_tasks or len(train)
+    good = [t for t in train if learnable(t)][:cap]
+    rest = [t for t in train if not learnable(t)]
+    room = min(cap - len(good), len(rest))
+    start = (max(cycle - 1, 0) * room) if room else 0
+    return good + [rest[(start + i) % len(rest)] for i in range(room)]
 
 
 def passed(t: Trajectory) -> bool:

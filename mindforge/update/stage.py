@@ -77,7 +77,7 @@ from mindforge.update.checkpoints import (
 )
 from mindforge.update.curve import CurveRow, curve_row
 from mindforge.update.handoff import HandoffResult, Parity, ProbeConfig, hand_off
-from mindforge.update.inputs import archive_tasks, cycle_tasks, split
+from mindforge.update.inputs import archive_tasks, cycle_tasks, learnable, split
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
 from mindforge.update.rft import RejectionSampling, RFTReport
 from mindforge.update.router_training import RouterReport, RouterTraining
@@ -350,7 +350,9 @@ class _Run:
         if not cfg.enabled:
             return None
         start = time.monotonic()
-        tasks = _batch(train, max(self.cfg.cycle - 1, 0), cfg.max_tasks or len(train))
+        tasks = rejection.attempted(train, cfg.max_tasks, self.cfg.cycle)
+        self.svc.log(f"rft: {cfg.attempts} attempts on each of {len(tasks)} of {len(train)} training tasks "
+                     f"({sum(map(learnable, tasks))} learnable; temperature {cfg.temperature})")
         groups = self._rollouts(tasks, served, cfg.attempts, 2_000_000, self.cfg.max_tokens,
                                 temperature=cfg.temperature)
         persist(groups, self.out / "trajectories", "rft-attempts")
