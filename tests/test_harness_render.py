@@ -99,3 +99,30 @@ def test_tools_block_declares_every_tool_in_canonical_json() -> None:
 ])
 def test_router_accepts_only_canonical_labels(text: str, label: str | None) -> None:
     assert parse_label(text) == label
+
+
+def test_threads_that_first_ask_for_a_renderer_at_once_all_get_the_same_one() -> None:
+    """Discovery judges tasks on worker threads; the first, concurrent import of transformers once failed
+    in one of them. A fresh interpreter, so that nothing is imported yet."""
+    import subprocess
+    import sys
+
+    from harness_fakes import model_path
+
+    code = (
+        "import sys, threading\n"
+        "from mindforge.harness import renderer_for\n"
+        "got, errors = [], []\n"
+        "def one():\n"
+        "    try:\n"
+        "        got.append(renderer_for(sys.argv[1]))\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=one) for _ in range(8)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "assert not errors, errors\n"
+        "assert len(got) == 8 and len({id(r) for r in got}) == 1\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(model_path())], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

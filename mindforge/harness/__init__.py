@@ -15,6 +15,7 @@ loads a tokenizer only when built).
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from mindforge.harness.client import Completion, EngineClient, EngineError, EngineUnavailable
@@ -32,14 +33,18 @@ __all__ = [
 ]
 
 _RENDERERS: dict[str, ChatRenderer] = {}
+# Stages judge tasks on worker threads, and the first import of transformers' lazy module from two threads
+# at once can fail ("cannot import name 'AutoTokenizer'"): one thread loads, the others wait for it.
+_RENDERERS_LOCK = threading.Lock()
 
 
 def renderer_for(model_path: str | Path) -> ChatRenderer:
     """One renderer per model folder and process (loading a tokenizer takes a moment)."""
     key = str(Path(model_path).resolve())
-    if key not in _RENDERERS:
-        _RENDERERS[key] = ChatRenderer.from_model(key)
-    return _RENDERERS[key]
+    with _RENDERERS_LOCK:
+        if key not in _RENDERERS:
+            _RENDERERS[key] = ChatRenderer.from_model(key)
+        return _RENDERERS[key]
 
 
 def open_harness(hcp: HCP, url: str, model_path: str | Path, *, api_key: str | None = None,
