@@ -36,6 +36,21 @@ def test_status_summarises_cycles_stages_versions_and_scores(tmp_path: Path) -> 
     assert two["stages"]["expansion"]["state"] == "started" and two["stages"]["update"] == {"state": "absent"}
     human = runner.invoke(app, ["status", str(tmp_path)])
     assert human.exit_code == 0 and "mf-L2-v0001" in human.stdout and "next cycle: 2" in human.stdout
+    # What an Update with router training and rejection sampling leaves: both get a line.
+    from mindforge.store import RunDir
+
+    marker = RunDir(tmp_path).done_marker(1, "update")
+    result = json.loads(marker.read_text())
+    result["router"] = {"trained": True, "promoted": True, "accuracy_before": 0.25, "accuracy_after": 0.67,
+                        "before": {"L0": 1.0, "L2": 0.0}, "after": {"L0": 0.83, "L2": 1.0}, "seconds": 577.0}
+    result["rft"] = {"tasks": 48, "attempts": 192, "passes": 21, "kept": 14, "steps": 4, "spread_tasks": ["a", "b"],
+                     "seconds": 300.0}
+    marker.write_text(json.dumps(result))
+    human = runner.invoke(app, ["status", str(tmp_path)]).stdout
+    assert "routing accuracy: 0.250 (L0 1.00, L2 0.00) -> 0.670 (L0 0.83, L2 1.00), promoted" in human
+    assert "rejection sampling: 21/192 attempts passed on 48 tasks; 14 answers trained on in 4 steps" in human
+    assert json.loads(runner.invoke(app, ["status", str(tmp_path), "--json"]).stdout)["cycles"][0]["stages"][
+        "update"]["rft"]["spread_tasks"] == 2
     missing = runner.invoke(app, ["status", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "no such run directory" in missing.stderr
 

@@ -15,6 +15,10 @@ def _num(x: Any) -> str:
     return "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
 
+def _shares(by_family: dict[str, float] | None) -> str:
+    return ", ".join(f"{family} {share:.2f}" for family, share in sorted((by_family or {}).items()))
+
+
 def _print_human(status: dict[str, Any]) -> None:
     """A few short lines a cycle: the hashes are long, and terminals are narrow."""
     print(f"run {status['run_dir']}")
@@ -36,6 +40,17 @@ def _print_human(status: dict[str, Any]) -> None:
             kept = "promoted" if u.get("promoted") else "rolled back"
             print(f"  adapter {u.get('route')}: {u['version']} ({kept}); validation "
                   f"{_num(u.get('reward_before'))} -> {_num(u.get('reward_after'))} (paired SE {_num(u.get('se'))})")
+        if u.get("router"):
+            r = u["router"]
+            line = f"  routing accuracy: {_num(r.get('accuracy_before'))} ({_shares(r.get('before'))})"
+            if r.get("trained"):
+                line += (f" -> {_num(r.get('accuracy_after'))} ({_shares(r.get('after'))}), "
+                         f"{'promoted' if r.get('promoted') else 'kept the old router'}")
+            print(line)
+        if u.get("rft"):
+            f = u["rft"]
+            print(f"  rejection sampling: {f['passes']}/{f['attempts']} attempts passed on {f['tasks']} tasks; "
+                  f"{f['kept']} answers trained on in {f['steps']} steps")
     print(f"next cycle: {status['next_cycle']}")
     for route, names in status["adapters"].items():
         print(f"adapters {route}: {', '.join(names)}")

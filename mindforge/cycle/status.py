@@ -53,6 +53,14 @@ def _stage(run: RunDir, n: int, stage: str) -> dict[str, Any]:
         out.update(route=result.get("route"), version=result.get("version"), promoted=result.get("promoted"),
                    hcp=result.get("hcp"), reward_before=result.get("reward_before"),
                    reward_after=result.get("reward_after"), se=result.get("se"))
+        router, rft = result.get("router") or {}, result.get("rft") or {}
+        if router:
+            out["router"] = {k: router.get(k) for k in ("trained", "promoted", "accuracy_before", "accuracy_after",
+                                                        "before", "after", "seconds")}
+        if rft:
+            out["rft"] = {"tasks": rft.get("tasks"), "attempts": rft.get("attempts"), "passes": rft.get("passes"),
+                          "kept": rft.get("kept"), "steps": rft.get("steps"),
+                          "spread_tasks": len(rft.get("spread_tasks") or ()), "seconds": rft.get("seconds")}
     return out
 
 
