@@ -28,8 +28,10 @@ PARAMS = {
     "discovery": {"budget": 6, "measure_difficulty": False},
     "expansion": {"budget": 1, "max_tasks": 3, "samples": 1, "patience": 1, "minibatch": 1,
                   "proposers": ["numeric"]},
+    # Router training and rejection sampling run for real, at the smallest sizes that exercise them.
     "update": {"steps": 1, "group_size": 2, "batch_tasks": 1, "validation_tasks": 1, "validation_samples": 1,
-               "max_tokens": 64},
+               "max_tokens": 64, "rft": {"attempts": 2, "max_tasks": 2, "epochs": 1},
+               "router": {"train_per_family": 2, "validation_per_family": 1, "epochs": 1}},
     # The sealed eval after the cycle and the cycle-0 baseline, on a small fixed subset of MBPP.
     "eval": {"max_tasks": 16},
 }

@@ -25,6 +25,10 @@ def test_the_deployment_run_completes(cycle_run) -> None:
     ev = summary["eval"]
     assert ev["bench"] == "mbpp" and ev["n"] == 16 and "16 of 427" in ev["subset"]
     assert ev["vs_cycle0"]["n"] == 16 and {"diff", "paired_se", "mcnemar_p"} <= set(ev["vs_cycle0"])
+    # Update's phases ran on the real engine: routing measured per family, rejection sampling reported.
+    update = json.loads((cycle_run.run_dir / "cycles/1/update/DONE.json").read_text())
+    assert set(update["router"]["before"]) == {"L0", "L1", "L2", "L3"}, update["router"]
+    assert update["rft"]["attempts"] == 2 * update["rft"]["tasks"] and update["rft"]["tasks"] >= 1, update["rft"]
     print(f"cycle 1 eval: {json.dumps(ev)}")
     print(f"rsi-cycle/embedded: {cycle_run.seconds:.0f}s wall")
 
