@@ -129,7 +129,9 @@ def test_router_training_measures_trains_and_promotes_l0(tmp_path: Path, base_pa
     r = result.router
     assert r is not None and r.trained and set(r.before) == {"L0", "L1", "L2", "L3"} and r.validation_tasks == 12
     assert r.train_tasks == 8 + 8 + 8 + 7 and len(r.losses) == r.steps == 16 and r.losses[-1] < r.losses[0]
-    assert r.accuracy_after is not None and r.accuracy_after >= r.accuracy_before, r.reason
+    assert r.accuracy_after is not None
+    # Promoted only on a strict gain: a route hop that routes no better only moves requests around.
+    assert r.promoted == (r.accuracy_after > r.accuracy_before), r.reason
     if r.promoted:  # the HCP it left serves the new L0, and Update's result names that HCP
         assert load_hcp(r.hcp_path).served_adapter("L0") == "mf-L0-v0001" == r.version
         assert result.hcp_path == Path(r.hcp_path) or load_hcp(result.hcp_path).served_adapter("L0") == r.version

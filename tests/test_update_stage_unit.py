@@ -107,6 +107,14 @@ def test_a_regression_rolls_back_and_noise_does_not(setup) -> None:
     assert result.promoted, result.reason
 
 
+def test_with_require_gain_no_worse_is_not_enough(setup) -> None:
+    same = RewardStats(mean=0.25, se=0.1, tasks=2, samples=2, dropped=0, per_task={"a": 0.5, "b": 0.0})
+    result = _go(setup, validate=lambda name: same, before=same, require_gain=True)
+    assert not result.promoted and "no gain" in result.reason and result.served == "mf-L2-v0000"
+    better = RewardStats(mean=0.5, se=0.1, tasks=2, samples=2, dropped=0, per_task={"a": 0.5, "b": 0.5})
+    assert _go(setup, validate=lambda name: better, before=same, require_gain=True).promoted
+
+
 def test_a_failed_load_keeps_the_old_mapping(setup) -> None:
     broken = setup.catalog.save("L2", copy_adapter(setup.trained.path), prefix="mf-L2", parent=1)
     (broken.path / "adapter_config.json").write_text("{not json")

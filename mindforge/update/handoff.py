@@ -189,12 +189,16 @@ def hand_off(
     before: RewardStats | None = None,
     regression_tolerance: float = 0.0,
     regression_k_se: float = 0.0,
+    require_gain: bool = False,
 ) -> HandoffResult:
     """Load ``entry``, probe it, validate it, then promote it or roll it back.
 
     A regression is ``after < before - max(regression_tolerance, regression_k_se
     x SE)``, SE that of the paired per-task difference: a tiny validation
-    split is noisy, and noise alone must not roll back a good adapter.
+    split is noisy, and noise alone must not roll back a good adapter. With
+    ``require_gain`` an adapter that is merely no worse is rolled back too
+    (the router: a retrained route hop that routes no better only moves
+    requests around).
     """
     route = entry.route
     old = doc["router"]["routes"][route]["served_adapter"]
@@ -218,6 +222,9 @@ def hand_off(
         if after.mean < before.mean - margin:
             return rollback(f"validation regressed: {after.mean:.3f} < {before.mean:.3f} - {margin:.3f}",
                             parity=parity, validation_after=after)
+        if require_gain and after.mean <= before.mean:
+            return rollback(f"no gain: validation {after.mean:.3f} <= {before.mean:.3f}", parity=parity,
+                            validation_after=after)
     new_doc, digest, path = promote(doc, route, entry.name, hcp_dir)
     unloaded = unload_stale(engine, catalog, route, retention, in_use=served_names(new_doc))
     return HandoffResult(promoted=True, served=entry.name, candidate=entry.name, parity=parity,

@@ -321,7 +321,7 @@ class _Run:
             engine=self.svc.engine, entry=entry, doc=self.doc, probe_prompts=probes,
             trainer=teacher_forced_logprobs(policy, TRAIN_ADAPTER), parent=teacher_forced_logprobs(policy, PARENT_ADAPTER),
             probe=self.cfg.probe, hcp_dir=self.out / "hcp", catalog=self.svc.catalog, retention=self.cfg.retention,
-            validate=validate, before=before, regression_tolerance=0.0, regression_k_se=0.0)
+            validate=validate, before=before, regression_tolerance=0.0, regression_k_se=0.0, require_gain=True)
         del policy, trainer
         gc.collect()
         after, macro_after = after_box[-1] if after_box else (None, None)
