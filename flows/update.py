@@ -72,9 +72,13 @@ def update_flow(config: UpdateConfig, run: RunServices | None = None) -> dict[st
 
     def progress(done: int, total: int, row: Any = None) -> None:
         if row is not None:
-            logger.info(f"GRPO step {done}/{total}: reward {row.mean_reward:.3f} loss {row.loss:.4f} kl {row.kl:.4f}")
+            signal = ("; no group had a reward spread: nothing to learn this step" if row.skipped_groups >= row.groups
+                      else f"; {row.skipped_groups} of {row.groups} groups without a reward spread")
+            logger.info(f"GRPO step {done}/{total}: reward {row.mean_reward:.3f} loss {row.loss:.4f} kl {row.kl:.4f}"
+                        + signal)
 
     with run_services_for(run, config.run_dir, config.cycle, "update", hcp=config.hcp, log=logger.info) as services:
-        result = dict(update_runner(services, progress)(config))
+        # The stage's own lines (router phase, rejection sampling) go to the run's log in the UI as well.
+        result = dict(update_runner(services, progress, logger.info)(config))
     publish(config.cycle, result)
     return result
