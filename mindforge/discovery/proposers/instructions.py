@@ -171,23 +171,23 @@ def _replace_char(rng: random.Random, k: int) -> Variant:
 
 def _char_at(rng: random.Random, k: int) -> Variant:
     words = ("", "ab", "x" * k + "y", rng.choice(WORDS) + "abcdefghij")
-    return f"char_at_{k}", "s: str", f"returns the character at index {k} of s, or an empty string when s is " \
-        f"shorter", f"return s[{k}] if len(s) > {k} else ''", [(w, w[k] if len(w) > k else "") for w in words]
+    return f"char_at_{k}", "s: str", (f"returns the character at index {k} of s, or an empty string when s is " \
+        f"shorter"), f"return s[{k}] if len(s) > {k} else ''", [(w, w[k] if len(w) > k else "") for w in words]
 
 
 def _first_last(side: str) -> Any:
     def build(rng: random.Random, k: int) -> Variant:
         body = f"return items[:{k}]" if side == "first" else f"return items[-{k}:] if len(items) >= {k} else items[:]"
         data = list(range(1, k + 4))
-        return f"{side}_{k}", "items: list", f"returns the {side} {k} items of the list (all of them when it is " \
-            f"shorter)", body, [([], []), (data, data[:k] if side == "first" else data[-k:]), ([7], [7])]
+        return f"{side}_{k}", "items: list", (f"returns the {side} {k} items of the list (all of them when it is " \
+            f"shorter)"), body, [([], []), (data, data[:k] if side == "first" else data[-k:]), ([7], [7])]
     return build
 
 
 def _clamp(rng: random.Random, k: int) -> Variant:
     lo, hi = -k, k * 3
-    return f"clamp_{k}", "x: int", f"returns x limited to the range {lo} to {hi} (values below {lo} become {lo}, " \
-        f"above {hi} become {hi})", f"return max({lo}, min({hi}, x))", \
+    return f"clamp_{k}", "x: int", (f"returns x limited to the range {lo} to {hi} (values below {lo} become {lo}, " \
+        f"above {hi} become {hi})"), f"return max({lo}, min({hi}, x))", \
         [(x, max(lo, min(hi, x))) for x in (0, lo - 5, hi + 1, hi, k)]
 
 
@@ -195,59 +195,59 @@ def _chunks(rng: random.Random, k: int) -> Variant:
     def cut(xs: list) -> list:
         return [xs[i:i + k] for i in range(0, len(xs), k)]
     data = list(range(1, 2 * k + 2))
-    return f"chunks_of_{k}", "items: list", f"returns the list split into consecutive lists of {k} items (the last " \
-        f"one may be shorter)", f"return [items[i:i + {k}] for i in range(0, len(items), {k})]", \
+    return f"chunks_of_{k}", "items: list", (f"returns the list split into consecutive lists of {k} items (the last " \
+        f"one may be shorter)"), f"return [items[i:i + {k}] for i in range(0, len(items), {k})]", \
         [([], []), (data, cut(data)), ([9], [[9]])]
 
 
 def _every_kth(rng: random.Random, k: int) -> Variant:
     data = list(range(10, 10 + 3 * k + 1))
-    return f"every_{k}th", "items: list", f"returns every {k}th item of the list, starting with the first " \
-        f"(items[0], items[{k}], ...)", f"return items[::{k}]", [([], []), (data, data[::k]), ([4, 5], [4])]
+    return f"every_{k}th", "items: list", (f"returns every {k}th item of the list, starting with the first " \
+        f"(items[0], items[{k}], ...)"), f"return items[::{k}]", [([], []), (data, data[::k]), ([4, 5], [4])]
 
 
 def _rotate(rng: random.Random, k: int) -> Variant:
     def rot(xs: list) -> list:
         return xs[k % len(xs):] + xs[:k % len(xs)] if xs else []
     data = list(range(1, k + 3))
-    return f"rotate_left_{k}", "items: list", f"returns the list rotated left by {k} positions (the first item " \
-        f"moves to the end, {k} times); an empty list stays empty", \
+    return f"rotate_left_{k}", "items: list", (f"returns the list rotated left by {k} positions (the first item " \
+        f"moves to the end, {k} times); an empty list stays empty"), \
         f"return items[{k} % len(items):] + items[:{k} % len(items)] if items else []", \
         [([], []), (data, rot(data)), ([1, 2, 3], rot([1, 2, 3]))]
 
 
 def _zero_pad(rng: random.Random, k: int) -> Variant:
-    return f"zero_pad_{k}", "n: int", f"returns the non-negative number n as a string, padded on the left with " \
-        f"zeros to at least {k} characters", f"return str(n).zfill({k})", \
+    return f"zero_pad_{k}", "n: int", (f"returns the non-negative number n as a string, padded on the left with " \
+        f"zeros to at least {k} characters"), f"return str(n).zfill({k})", \
         [(n, str(n).zfill(k)) for n in (0, 7, 10 ** k, rng.randint(10, 99))]
 
 
 def _sum_multiples(rng: random.Random, k: int) -> Variant:
     data = [1, k, k + 1, 2 * k, 3 * k + 1, -k]
-    return f"sum_multiples_of_{k}", "items: list", f"returns the sum of the numbers in the list that are " \
-        f"multiples of {k}", f"return sum(x for x in items if x % {k} == 0)", \
+    return f"sum_multiples_of_{k}", "items: list", (f"returns the sum of the numbers in the list that are " \
+        f"multiples of {k}"), f"return sum(x for x in items if x % {k} == 0)", \
         [(xs, sum(x for x in xs if x % k == 0)) for xs in ([], data, [k + 1], [0, k * 5])]
 
 
 def _long_words(rng: random.Random, k: int) -> Variant:
     texts = ("", " ".join(rng.sample(WORDS, 5)), "a " + "b" * (k + 1), "x" * k)
-    return f"words_longer_than_{k}", "text: str", f"returns the list of words in text (split on spaces) that have " \
-        f"more than {k} letters, in order", f"return [w for w in text.split() if len(w) > {k}]", \
+    return f"words_longer_than_{k}", "text: str", (f"returns the list of words in text (split on spaces) that have " \
+        f"more than {k} letters, in order"), f"return [w for w in text.split() if len(w) > {k}]", \
         [(t, [w for w in t.split() if len(w) > k]) for t in texts]
 
 
 def _words_with(rng: random.Random, k: int) -> Variant:
     c = rng.choice("aeiorst")
     texts = ("", " ".join(rng.sample(WORDS, 6)), f"{c}{c} x{c} yy", "zz")
-    return f"words_with_{c}", "text: str", f"returns how many words of text (split on spaces) contain the letter " \
-        f"'{c}'", f"return sum(1 for w in text.split() if '{c}' in w)", \
+    return f"words_with_{c}", "text: str", (f"returns how many words of text (split on spaces) contain the letter " \
+        f"'{c}'"), f"return sum(1 for w in text.split() if '{c}' in w)", \
         [(t, sum(1 for w in t.split() if c in w)) for t in texts]
 
 
 def _drop_multiples(rng: random.Random, k: int) -> Variant:
     data = [1, k, k + 1, 2 * k, 2 * k + 1, 0]
-    return f"drop_multiples_of_{k}", "items: list", f"returns the numbers of the list that are not multiples of " \
-        f"{k}, in order", f"return [x for x in items if x % {k} != 0]", \
+    return f"drop_multiples_of_{k}", "items: list", (f"returns the numbers of the list that are not multiples of " \
+        f"{k}, in order"), f"return [x for x in items if x % {k} != 0]", \
         [(xs, [x for x in xs if x % k != 0]) for xs in ([], data, [k, 2 * k], [k + 2])]
 
 
@@ -255,16 +255,16 @@ def _pairs_summing(rng: random.Random, k: int) -> Variant:
     def pairs(xs: list) -> int:
         return sum(1 for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[i] + xs[j] == k)
     data = [1, k - 1, 2, k - 2, k, 0]
-    return f"pairs_summing_to_{k}", "items: list", f"returns how many pairs of positions i < j have items[i] + " \
-        f"items[j] == {k}", f"return sum(1 for i in range(len(items)) for j in range(i + 1, len(items)) " \
-        f"if items[i] + items[j] == {k})", [(xs, pairs(xs)) for xs in ([], data, [k], [k, 0, 0])]
+    return f"pairs_summing_to_{k}", "items: list", (f"returns how many pairs of positions i < j have items[i] + " \
+        f"items[j] == {k}"), (f"return sum(1 for i in range(len(items)) for j in range(i + 1, len(items)) " \
+        f"if items[i] + items[j] == {k})"), [(xs, pairs(xs)) for xs in ([], data, [k], [k, 0, 0])]
 
 
 def _first_above(rng: random.Random, k: int) -> Variant:
     def first(xs: list) -> int:
         return next((i for i, x in enumerate(xs) if x > k), -1)
-    return f"index_above_{k}", "items: list", f"returns the index of the first number in the list greater than " \
-        f"{k}, or -1 when there is none", f"return next((i for i, x in enumerate(items) if x > {k}), -1)", \
+    return f"index_above_{k}", "items: list", (f"returns the index of the first number in the list greater than " \
+        f"{k}, or -1 when there is none"), f"return next((i for i, x in enumerate(items) if x > {k}), -1)", \
         [(xs, first(xs)) for xs in ([], [k, k + 1], [0, 1, k + 5, k + 9], [k - 1])]
 
 
