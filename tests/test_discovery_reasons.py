@@ -170,3 +170,25 @@ def test_every_generated_kind_and_level_is_sound_in_the_sandbox(tmp_path: Path, 
                 task = Task.model_validate(p.data)
                 d = judge(c, DiscoveryServices(verifier=pool), p, task, {})
                 assert d.accepted, (kind, level, task.prompt, d.reason, d.detail)
+
+
+def test_every_function_kind_is_sound_in_the_sandbox_and_the_kinds_are_many(tmp_path: Path, pool) -> None:
+    """Each function kind of each level, at two constants: its reference passes and its decoys fail. The
+    kinds exist so that a cycle's budget yields distinct tasks, not one generator with another constant."""
+    import random
+
+    from mindforge.discovery.proposers.instructions import FUNCTION_KINDS, function_task
+
+    c = cfg(tmp_path)
+    prompts = set()
+    for level, kinds in FUNCTION_KINDS.items():
+        assert len(kinds) >= 6, level
+        for kind in kinds:
+            for draw in range(2):
+                data = function_task(random.Random(f"{level}|{kind}|{draw}"), level, kind)
+                task = Task.model_validate(data)
+                prompts.add(task.prompt)
+                p = Proposal(index=0, proposer="procedural/function", level=level, data=data)
+                d = judge(c, DiscoveryServices(verifier=pool), p, task, {})
+                assert d.accepted, (level, kind, task.prompt, d.reason, d.detail)
+    assert len(prompts) >= 40  # distinct tasks, not repeats

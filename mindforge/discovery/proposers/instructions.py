@@ -9,8 +9,10 @@ jumps from all to nothing between neighbouring kinds (SmolLM2-135M: every
 
 - instruction: a word-count range; plus one more constraint; three
   constraints; three constraints or an exact one-word answer;
-- function: one arithmetic step; a count or a divisibility test; a slice or a
-  clamp; a filtered sum or a word filter;
+- function: one arithmetic or string step; a count, a test or an index; a
+  slice, chunk, rotation or padding; a filter, a pair count or a search
+  (six or seven kinds a level, each with a drawn constant: see
+  ``FUNCTION_KINDS``);
 - UI: one element with its text; one element with two attributes; an input
   with its label; a list or a small labelled form.
 """
@@ -98,57 +100,192 @@ def _text(prompt: str, tests: list[dict[str, str]], reference: str) -> dict[str,
 
 
 # ------------------------------------------------------------------ function variants
-FUNCTION_KINDS = {1: ("add", "times", "repeat"), 2: ("count_char", "multiple"), 3: ("first_n", "last_n", "clamp"),
-                  4: ("sum_multiples", "long_words")}
+# A variant: (entry point, signature, what it returns, reference body, [(argument, expected)]). Every kind
+# draws a constant (or a letter, or a word), so one kind yields several distinct tasks; the kinds of a level
+# are of one difficulty for a small model. The expected values are computed here from the same constants.
+Variant = tuple[str, str, str, str, list[tuple[Any, Any]]]
 
 
-def function_task(rng: random.Random, level: int = 2) -> dict[str, Any]:
-    """A small function with drawn constants, argument type and edge cases; ``level`` picks how many steps."""
-    k = rng.randint(2, 9)
-    kind = rng.choice(FUNCTION_KINDS[max(1, min(level, LEVELS))])
-    if kind == "add":
-        ep, sig, doc, body = f"add_{k}", "x: int", f"returns x plus {k}", f"return x + {k}"
-        cases = [(x, x + k) for x in (0, 1, -k, rng.randint(10, 99))]
-    elif kind == "times":
-        ep, sig, doc, body = f"times_{k}", "x: int", f"returns x multiplied by {k}", f"return x * {k}"
-        cases = [(x, x * k) for x in (0, 1, -3, rng.randint(10, 99))]
-    elif kind == "repeat":
-        ep, sig, doc, body = f"repeat_{k}", "s: str", f"returns the string s repeated {k} times", f"return s * {k}"
-        cases = [(s, s * k) for s in ("", "a", "ab", rng.choice(WORDS))]
-    elif kind == "count_char":
-        c = rng.choice("aeiou")
-        ep, sig = f"count_{c}", "s: str"
-        doc, body = f"returns how many times the letter '{c}' occurs in s", f"return s.count('{c}')"
-        cases = [(s, s.count(c)) for s in ("", c * 3, f"x{c}y{c}", rng.choice(WORDS))]
-    elif kind == "multiple":
-        ep, sig = f"is_multiple_of_{k}", "n: int"
-        doc, body = f"returns True when n is a multiple of {k}, else False", f"return n % {k} == 0"
-        cases = [(n, n % k == 0) for n in (0, k, k + 1, 3 * k, -k)]
-    elif kind == "sum_multiples":
-        ep, sig = f"sum_multiples_of_{k}", "items: list"
-        doc, body = f"returns the sum of the numbers in the list that are multiples of {k}", \
-            f"return sum(x for x in items if x % {k} == 0)"
-        data = [1, k, k + 1, 2 * k, 3 * k + 1, -k]
-        cases = [(xs, sum(x for x in xs if x % k == 0)) for xs in ([], data, [k + 1], [0, k * 5])]
-    elif kind == "clamp":
-        lo, hi = -k, k * 3
-        ep, sig = f"clamp_{k}", "x: int"
-        doc = f"returns x limited to the range {lo} to {hi} (values below {lo} become {lo}, above {hi} become {hi})"
-        body = f"return max({lo}, min({hi}, x))"
-        cases = [(x, max(lo, min(hi, x))) for x in (0, lo - 5, hi + 1, hi, k)]
-    elif kind == "long_words":
-        ep, sig = f"words_longer_than_{k}", "text: str"
-        doc = f"returns the list of words in text (split on spaces) that have more than {k} letters, in order"
-        body = f"return [w for w in text.split() if len(w) > {k}]"
-        texts = ("", " ".join(rng.sample(WORDS, 5)), "a " + "b" * (k + 1), "x" * k)
-        cases = [(t, [w for w in t.split() if len(w) > k]) for t in texts]
-    else:
-        side = "first" if kind == "first_n" else "last"
-        ep, sig = f"{side}_{k}", "items: list"
-        doc = f"returns the {side} {k} items of the list (all of them when it is shorter)"
+def _add(rng: random.Random, k: int) -> Variant:
+    return f"add_{k}", "x: int", f"returns x plus {k}", f"return x + {k}", \
+        [(x, x + k) for x in (0, 1, -k, rng.randint(10, 99))]
+
+
+def _times(rng: random.Random, k: int) -> Variant:
+    return f"times_{k}", "x: int", f"returns x multiplied by {k}", f"return x * {k}", \
+        [(x, x * k) for x in (0, 1, -3, rng.randint(10, 99))]
+
+
+def _repeat(rng: random.Random, k: int) -> Variant:
+    return f"repeat_{k}", "s: str", f"returns the string s repeated {k} times", f"return s * {k}", \
+        [(s, s * k) for s in ("", "a", "ab", rng.choice(WORDS))]
+
+
+def _minus(rng: random.Random, k: int) -> Variant:
+    return f"minus_{k}", "x: int", f"returns x minus {k}", f"return x - {k}", \
+        [(x, x - k) for x in (0, k, 1, rng.randint(10, 99))]
+
+
+def _prefix(rng: random.Random, k: int) -> Variant:
+    w = rng.choice(WORDS)
+    return f"prefix_{w}", "s: str", f"returns the string '{w}' followed directly by s", f"return '{w}' + s", \
+        [(s, w + s) for s in ("", "x", " end", rng.choice(WORDS))]
+
+
+def _floor_div(rng: random.Random, k: int) -> Variant:
+    return f"divide_by_{k}", "x: int", f"returns x divided by {k}, rounded down to a whole number (x // {k})", \
+        f"return x // {k}", [(x, x // k) for x in (0, k, k + 1, 5 * k - 1, rng.randint(50, 99))]
+
+
+def _count_char(rng: random.Random, k: int) -> Variant:
+    c = rng.choice("aeiou")
+    return f"count_{c}", "s: str", f"returns how many times the letter '{c}' occurs in s", \
+        f"return s.count('{c}')", [(s, s.count(c)) for s in ("", c * 3, f"x{c}y{c}", rng.choice(WORDS))]
+
+
+def _multiple(rng: random.Random, k: int) -> Variant:
+    return f"is_multiple_of_{k}", "n: int", f"returns True when n is a multiple of {k}, else False", \
+        f"return n % {k} == 0", [(n, n % k == 0) for n in (0, k, k + 1, 3 * k, -k)]
+
+
+def _count_above(rng: random.Random, k: int) -> Variant:
+    data = [k - 1, k, k + 1, 2 * k, -k]
+    return f"count_above_{k}", "items: list", f"returns how many numbers in the list are greater than {k}", \
+        f"return sum(1 for x in items if x > {k})", \
+        [(xs, sum(1 for x in xs if x > k)) for xs in ([], data, [k], [k + 5, k + 6])]
+
+
+def _ends_with(rng: random.Random, k: int) -> Variant:
+    c = rng.choice("aeinrst")
+    words = ("", c, f"ab{c}", f"{c}ab", rng.choice(WORDS))
+    return f"ends_with_{c}", "s: str", f"returns True when the string s ends with the letter '{c}', else False", \
+        f"return s.endswith('{c}')", [(w, w.endswith(c)) for w in words]
+
+
+def _replace_char(rng: random.Random, k: int) -> Variant:
+    a, b = rng.sample("aeiou", 2)
+    words = ("", a * 2, f"x{a}y", rng.choice(WORDS), "zzz")
+    return f"replace_{a}_with_{b}", "s: str", f"returns s with every letter '{a}' replaced by '{b}'", \
+        f"return s.replace('{a}', '{b}')", [(w, w.replace(a, b)) for w in words]
+
+
+def _char_at(rng: random.Random, k: int) -> Variant:
+    words = ("", "ab", "x" * k + "y", rng.choice(WORDS) + "abcdefghij")
+    return f"char_at_{k}", "s: str", (f"returns the character at index {k} of s, or an empty string when s is " \
+        f"shorter"), f"return s[{k}] if len(s) > {k} else ''", [(w, w[k] if len(w) > k else "") for w in words]
+
+
+def _first_last(side: str) -> Any:
+    def build(rng: random.Random, k: int) -> Variant:
         body = f"return items[:{k}]" if side == "first" else f"return items[-{k}:] if len(items) >= {k} else items[:]"
         data = list(range(1, k + 4))
-        cases = [([], []), (data, data[:k] if side == "first" else data[-k:]), ([7], [7])]
+        return f"{side}_{k}", "items: list", (f"returns the {side} {k} items of the list (all of them when it is " \
+            f"shorter)"), body, [([], []), (data, data[:k] if side == "first" else data[-k:]), ([7], [7])]
+    return build
+
+
+def _clamp(rng: random.Random, k: int) -> Variant:
+    lo, hi = -k, k * 3
+    return f"clamp_{k}", "x: int", (f"returns x limited to the range {lo} to {hi} (values below {lo} become {lo}, " \
+        f"above {hi} become {hi})"), f"return max({lo}, min({hi}, x))", \
+        [(x, max(lo, min(hi, x))) for x in (0, lo - 5, hi + 1, hi, k)]
+
+
+def _chunks(rng: random.Random, k: int) -> Variant:
+    def cut(xs: list) -> list:
+        return [xs[i:i + k] for i in range(0, len(xs), k)]
+    data = list(range(1, 2 * k + 2))
+    return f"chunks_of_{k}", "items: list", (f"returns the list split into consecutive lists of {k} items (the last " \
+        f"one may be shorter)"), f"return [items[i:i + {k}] for i in range(0, len(items), {k})]", \
+        [([], []), (data, cut(data)), ([9], [[9]])]
+
+
+def _every_kth(rng: random.Random, k: int) -> Variant:
+    data = list(range(10, 10 + 3 * k + 1))
+    return f"every_{k}th", "items: list", (f"returns every {k}th item of the list, starting with the first " \
+        f"(items[0], items[{k}], ...)"), f"return items[::{k}]", [([], []), (data, data[::k]), ([4, 5], [4])]
+
+
+def _rotate(rng: random.Random, k: int) -> Variant:
+    def rot(xs: list) -> list:
+        return xs[k % len(xs):] + xs[:k % len(xs)] if xs else []
+    data = list(range(1, k + 3))
+    return f"rotate_left_{k}", "items: list", (f"returns the list rotated left by {k} positions (the first item " \
+        f"moves to the end, {k} times); an empty list stays empty"), \
+        f"return items[{k} % len(items):] + items[:{k} % len(items)] if items else []", \
+        [([], []), (data, rot(data)), ([1, 2, 3], rot([1, 2, 3]))]
+
+
+def _zero_pad(rng: random.Random, k: int) -> Variant:
+    return f"zero_pad_{k}", "n: int", (f"returns the non-negative number n as a string, padded on the left with " \
+        f"zeros to at least {k} characters"), f"return str(n).zfill({k})", \
+        [(n, str(n).zfill(k)) for n in (0, 7, 10 ** k, rng.randint(10, 99))]
+
+
+def _sum_multiples(rng: random.Random, k: int) -> Variant:
+    data = [1, k, k + 1, 2 * k, 3 * k + 1, -k]
+    return f"sum_multiples_of_{k}", "items: list", (f"returns the sum of the numbers in the list that are " \
+        f"multiples of {k}"), f"return sum(x for x in items if x % {k} == 0)", \
+        [(xs, sum(x for x in xs if x % k == 0)) for xs in ([], data, [k + 1], [0, k * 5])]
+
+
+def _long_words(rng: random.Random, k: int) -> Variant:
+    texts = ("", " ".join(rng.sample(WORDS, 5)), "a " + "b" * (k + 1), "x" * k)
+    return f"words_longer_than_{k}", "text: str", (f"returns the list of words in text (split on spaces) that have " \
+        f"more than {k} letters, in order"), f"return [w for w in text.split() if len(w) > {k}]", \
+        [(t, [w for w in t.split() if len(w) > k]) for t in texts]
+
+
+def _words_with(rng: random.Random, k: int) -> Variant:
+    c = rng.choice("aeiorst")
+    texts = ("", " ".join(rng.sample(WORDS, 6)), f"{c}{c} x{c} yy", "zz")
+    return f"words_with_{c}", "text: str", (f"returns how many words of text (split on spaces) contain the letter " \
+        f"'{c}'"), f"return sum(1 for w in text.split() if '{c}' in w)", \
+        [(t, sum(1 for w in t.split() if c in w)) for t in texts]
+
+
+def _drop_multiples(rng: random.Random, k: int) -> Variant:
+    data = [1, k, k + 1, 2 * k, 2 * k + 1, 0]
+    return f"drop_multiples_of_{k}", "items: list", (f"returns the numbers of the list that are not multiples of " \
+        f"{k}, in order"), f"return [x for x in items if x % {k} != 0]", \
+        [(xs, [x for x in xs if x % k != 0]) for xs in ([], data, [k, 2 * k], [k + 2])]
+
+
+def _pairs_summing(rng: random.Random, k: int) -> Variant:
+    def pairs(xs: list) -> int:
+        return sum(1 for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[i] + xs[j] == k)
+    data = [1, k - 1, 2, k - 2, k, 0]
+    return f"pairs_summing_to_{k}", "items: list", (f"returns how many pairs of positions i < j have items[i] + " \
+        f"items[j] == {k}"), (f"return sum(1 for i in range(len(items)) for j in range(i + 1, len(items)) " \
+        f"if items[i] + items[j] == {k})"), [(xs, pairs(xs)) for xs in ([], data, [k], [k, 0, 0])]
+
+
+def _first_above(rng: random.Random, k: int) -> Variant:
+    def first(xs: list) -> int:
+        return next((i for i, x in enumerate(xs) if x > k), -1)
+    return f"index_above_{k}", "items: list", (f"returns the index of the first number in the list greater than " \
+        f"{k}, or -1 when there is none"), f"return next((i for i, x in enumerate(items) if x > {k}), -1)", \
+        [(xs, first(xs)) for xs in ([], [k, k + 1], [0, 1, k + 5, k + 9], [k - 1])]
+
+
+FUNCTION_KINDS: dict[int, dict[str, Any]] = {
+    1: {"add": _add, "times": _times, "repeat": _repeat, "minus": _minus, "prefix": _prefix,
+        "floor_div": _floor_div},
+    2: {"count_char": _count_char, "multiple": _multiple, "count_above": _count_above, "ends_with": _ends_with,
+        "replace_char": _replace_char, "char_at": _char_at},
+    3: {"first_n": _first_last("first"), "last_n": _first_last("last"), "clamp": _clamp, "chunks": _chunks,
+        "every_kth": _every_kth, "rotate": _rotate, "zero_pad": _zero_pad},
+    4: {"sum_multiples": _sum_multiples, "long_words": _long_words, "words_with": _words_with,
+        "drop_multiples": _drop_multiples, "pairs_summing": _pairs_summing, "first_above": _first_above},
+}
+
+
+def function_task(rng: random.Random, level: int = 2, kind: str | None = None) -> dict[str, Any]:
+    """A small function with drawn constants and edge cases; ``level`` picks the kinds (``FUNCTION_KINDS``),
+    ``kind`` one of them (tests)."""
+    k = rng.randint(2, 9)
+    kinds = FUNCTION_KINDS[max(1, min(level, LEVELS))]
+    ep, sig, doc, body, cases = kinds[kind or rng.choice(sorted(kinds))](rng, k)
     prompt = f"Write a Python function `{ep}({sig})` that {doc}."
     reference = f"def {ep}({sig.split(':')[0]}):\n    {body}\n"
     tests = [_test(f"{ep}-{i}", f"assert {ep}({a!r}) == {b!r}") for i, (a, b) in enumerate(cases, 1)]
