@@ -27,7 +27,7 @@ def harness():
 def stand_in_stages(monkeypatch):
     """The real flows around stand-in stage functions; no engine, no model, no image."""
     monkeypatch.setattr(runtime, "expansion_runner", lambda run, log: standins.expansion_full)
-    monkeypatch.setattr(runtime, "update_runner", lambda run, progress=None: standins.update_full)
+    monkeypatch.setattr(runtime, "update_runner", lambda run, progress=None, log=None: standins.update_full)
     monkeypatch.setattr(runtime, "eval_runner", lambda run, log: standins.eval_full)
     monkeypatch.setattr(rsi, "prepare", lambda settings: None)
 
@@ -111,7 +111,7 @@ def test_a_retried_flow_run_resumes_at_the_stage_that_failed(harness, stand_in_s
         return standins.update_full(config)
 
     original = runtime.update_runner
-    runtime.update_runner = lambda run, progress=None: update_once_broken
+    runtime.update_runner = lambda run, progress=None, log=None: update_once_broken
     try:
         flow = rsi.rsi_cycle.with_options(retries=1, retry_delay_seconds=0)
         facts = flow(CycleConfig(run_dir=tmp_path, stages=("expansion", "update")))
@@ -131,7 +131,7 @@ def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stag
 
     params = CycleConfig(run_dir=tmp_path, stages=("expansion", "update"))
     original = runtime.update_runner
-    runtime.update_runner = lambda run, progress=None: broken_update
+    runtime.update_runner = lambda run, progress=None, log=None: broken_update
     try:
         with pytest.raises(RuntimeError, match="trainer crashed"):
             rsi.rsi_cycle.with_options(retries=0)(params)
