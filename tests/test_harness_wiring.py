@@ -29,6 +29,6 @@ def test_probe_prompts_are_the_ids_a_pinned_turn_sends() -> None:
 def test_update_runner_factory_builds_a_turn_runner_per_document() -> None:
     run = RunServices(run_dir=Path("/nonexistent"), settings=Settings(), model_path=model_path(),
                       engine_url="http://127.0.0.1:9")
-    factory = _runner_factory(run)
+    factory = _runner_factory(run, run.engine_client())
     runner = factory(make_hcp().to_document(), 16)
     assert callable(runner)
