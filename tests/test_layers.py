@@ -47,6 +47,8 @@ def project_modules() -> dict[str, Path]:
     out = {}
     for root in ("mindforge", "flows"):
         for path in sorted((REPO / root).rglob("*.py")):
+            if path.is_relative_to(REPO / "mindforge" / "data"):
+                continue  # package data (the sandbox's runner runs in the container), not a module of the package
             parts = list(path.relative_to(REPO).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
