@@ -64,3 +64,14 @@ def test_without_a_checkout_discovery_skips_the_default_mbpp_and_refuses_a_confi
 def test_without_a_checkout_vllm_needs_its_python_named(installed) -> None:
     with pytest.raises(vllm_backend.VllmMissing, match="MINDFORGE_VLLM_PYTHON"):
         vllm_backend.vllm_python(Settings())
+
+
+def test_without_a_checkout_bench_list_says_how_to_register_mbpp(installed, tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from mindforge.cli import app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = CliRunner().invoke(app, ["bench", "list"])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "mindforge bench register NAME FILE" in result.stderr
