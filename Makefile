@@ -35,4 +35,4 @@ bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
 lint:
-	$(BIN)/ruff check mindforge flows tests benchmarks
+	$(BIN)/ruff check mindforge tests benchmarks

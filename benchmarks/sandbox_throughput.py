@@ -21,16 +21,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mindforge.paths import sandbox_context_dir, seed_tasks_dir
 from mindforge.sandbox import SandboxConfig, SandboxPool
 from mindforge.sandbox import container as ct
 from mindforge.sandbox.protocol import JobOutput, build_job
 from mindforge.tasks.io import load_tasks
 
-RUNNER = REPO / "sandboxes" / "python" / "runner.py"
+RUNNER = sandbox_context_dir() / "runner.py"
 
 
 def jobs(n: int):
-    seeds = [t for t in load_tasks(REPO / "seed_tasks" / "L2_python.jsonl")]
+    seeds = [t for t in load_tasks(seed_tasks_dir() / "L2_python.jsonl")]
     return [(seeds[i % len(seeds)], seeds[i % len(seeds)].reference) for i in range(n)]
 
 

@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from mindforge.engine.launch import EngineProcess
 from mindforge.engine.metrics import parse_metrics
 from mindforge.engine.registry import init_adapters
+from mindforge.paths import default_hcp_path
 from mindforge.settings import load_settings
 
 ROUTES = ("L0", "L1", "L2", "L3")
@@ -184,7 +185,7 @@ def proxy_overhead_per_hop(engine_url: str, model_path: Path, adapters: dict[str
     from mindforge.harness.proxy import create_app
     from mindforge.hcp import load_hcp
 
-    hcp = load_hcp(REPO / "hcp" / "examples" / "default.hcp.json")
+    hcp = load_hcp(default_hcp_path())
     with httpx.Client(base_url=engine_url, timeout=600) as engine:
         for route in hcp.router.routes:
             engine.post("/v1/load_lora_adapter", json={"lora_name": hcp.served_adapter(route),

@@ -1,40 +1,80 @@
-"""Where the project's own data lives: the one place that knows the repository's layout.
+"""Where the project's own data lives, and the source checkout when there is one.
 
 The HCP schemas and examples, the seed tasks and the sandbox build context
-sit beside the package in the source tree (an editable install, a checkout
-on ``PYTHONPATH``). Every module that needs one of them asks here, so moving
-the data (into package data, say) changes this module alone.
+are package data (``mindforge/data/``), found through ``importlib.resources``
+so an installed wheel and a checkout read the same files. Every module that
+needs one of them asks here.
 
-The sealed benchmark is not the project's data: it lives outside the
-repository (``../shared/data/mbpp`` beside a checkout) or wherever a user
-registers one.
+A checkout is something else: configured defaults such as the sealed
+benchmark (``../shared/data/mbpp`` beside the checkout) and the vLLM
+environment (``.venv-vllm``) are relative to it, and an installed wheel has
+none. ``checkout_root`` says which case this is; ``resolve_from_checkout``
+turns such a relative setting into a path, or names the setting to make
+absolute.
 """
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
+from mindforge.errors import MindForgeError
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+
+class NoCheckout(MindForgeError):
+    """A setting relative to a source checkout, read where MindForge is installed without one."""
+
+
+def package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def data_dir() -> Path:
+    """The package's data folder as a real path (Docker, globbing and the task loader need one).
+
+    ``as_file`` cannot hand out a folder before Python 3.12, and a wheel installs
+    onto the file system anyway, so the resource is used as the path it is.
+    """
+    data = files("mindforge") / "data"
+    if not isinstance(data, Path):
+        raise MindForgeError(f"MindForge's data ({data}) is not on the file system; install the package "
+                             "unpacked (pip install), not run from a zip archive")
+    return data
 
 
 def seed_tasks_dir() -> Path:
-    return repo_root() / "seed_tasks"
+    return data_dir() / "seed_tasks"
+
+
+def hcp_examples_dir() -> Path:
+    return data_dir() / "hcp" / "examples"
 
 
 def default_hcp_path() -> Path:
-    return repo_root() / "hcp" / "examples" / "default.hcp.json"
+    return hcp_examples_dir() / "default.hcp.json"
 
 
 def hcp_schemas_dir() -> Path:
-    return repo_root() / "hcp" / "schemas"
+    return data_dir() / "hcp" / "schemas"
 
 
 def sandbox_context_dir() -> Path:
-    return repo_root() / "sandboxes" / "python"
+    return data_dir() / "sandboxes" / "python"
 
 
-def resolve_from_repo(path: Path) -> Path:
-    """A relative path as the repository root sees it (configured defaults such as ``../shared/...``)."""
-    return path if path.is_absolute() else (repo_root() / path).resolve()
+def checkout_root() -> Path | None:
+    """The source checkout the package runs from (editable install, ``PYTHONPATH``); None when installed."""
+    root = package_dir().parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def resolve_from_checkout(path: Path, setting: str) -> Path:
+    """A configured path: absolute as given, else relative to the checkout (``../shared/...`` beside it)."""
+    path = Path(path)
+    if path.is_absolute():
+        return path
+    root = checkout_root()
+    if root is None:
+        raise NoCheckout(f"{setting} is {path}, relative to a source checkout, but MindForge is installed "
+                         f"without one ({package_dir()}); set {setting} to an absolute path")
+    return (root / path).resolve()

@@ -31,7 +31,7 @@ class Settings(BaseModel):
     engine_url: str | None = None  # an engine already running; None: start the embedded one
     api_key: str | None = None
     model: str = "smollm2-135m-instruct"
-    vllm_python: Path | None = None  # the python of a vLLM environment; None: the repository's .venv-vllm
+    vllm_python: Path | None = None  # the python of a vLLM environment; None: a source checkout's .venv-vllm
     # local services (`mindforge up`)
     host: str = "127.0.0.1"
     prefect_port: int = 4200

@@ -71,8 +71,8 @@ def built(command: list[str]) -> bool:
 
 def missing_parts() -> list[str]:
     out = [f"{name} (issue {issue})" for name, command, issue in PARTS if not built(command)]
-    if not (REPO / "flows" / "discovery.py").exists():
-        out.append("Discovery flow flows/discovery.py (issue 5)")
+    if not (REPO / "mindforge" / "flows" / "discovery.py").exists():
+        out.append("Discovery flow mindforge/flows/discovery.py (issue 5)")
     return out
 
 

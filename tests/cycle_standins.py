@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import REPO
-
 from mindforge.hcp import hcp_hash, load_hcp
+from mindforge.paths import seed_tasks_dir
 from mindforge.store import RunDir, atomic_write_text, write_parquet
 from mindforge.tasks.io import load_tasks
 
@@ -36,7 +35,7 @@ def calls(run_dir: Path) -> list[dict[str, Any]]:
 
 def discovery(config: Any) -> dict[str, Any]:
     record(config.run_dir, "discovery", config.cycle)
-    tasks = load_tasks(REPO / "seed_tasks")[: 3 * config.cycle]
+    tasks = load_tasks(seed_tasks_dir())[: 3 * config.cycle]
     folder = RunDir(config.run_dir).stage(config.cycle, "discovery") / "tasks"
     write_parquet(tasks, folder / "part-0000.parquet")
     by_family: dict[str, int] = {}
@@ -178,7 +177,7 @@ def eval_full(config: Any) -> dict[str, Any]:
     from mindforge.tasks.models import Hop, Trajectory, Verdict, VerdictStatus
 
     record(config.run_dir, "eval", config.cycle)
-    tasks = [t for t in load_tasks(REPO / "seed_tasks") if t.output_kind == "function"][:8]
+    tasks = [t for t in load_tasks(seed_tasks_dir()) if t.output_kind == "function"][:8]
     passing = {t.id for t in tasks[: 2 + config.cycle]}
 
     class Solver:

@@ -49,7 +49,7 @@ def stages_built(stages: tuple[str, ...] = ("discovery", "expansion", "update"))
     """What running these stages for real still lacks (empty when they can all run)."""
     need = ["mindforge.engine.launch", "mindforge.harness.harness", "mindforge.harness.tasks"]
     if "discovery" in stages:
-        need += ["mindforge.discovery.stage", "mindforge.discovery.runtime", "flows.discovery"]
+        need += ["mindforge.discovery.stage", "mindforge.discovery.runtime", "mindforge.flows.discovery"]
     return [m for m in need if not _module(m)]
 
 

@@ -17,9 +17,9 @@ import httpx
 
 from mindforge.harness import ChatRenderer, EngineClient, Harness, renderer_for
 from mindforge.hcp import apply_patch, load_hcp, parse_hcp
+from mindforge.paths import default_hcp_path
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_HCP = REPO / "hcp" / "examples" / "default.hcp.json"
+DEFAULT_HCP = default_hcp_path()
 
 
 def model_path() -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from flows.discovery import discovery_flow, summary_markdown
 from mindforge.discovery.config import DiscoveryConfig
+from mindforge.flows.discovery import discovery_flow, summary_markdown
 
 pytestmark = [pytest.mark.docker]
 

@@ -39,7 +39,7 @@ def verify_many(self, jobs, *args, **kwargs):
 
 sandbox_pool.SandboxPool.verify_many = verify_many
 from prefect.testing.utilities import prefect_test_harness
-from flows.discovery import discovery_flow
+from mindforge.flows.discovery import discovery_flow
 from mindforge.discovery.config import DiscoveryConfig
 
 config = DiscoveryConfig(run_dir=Path(sys.argv[1]), cycle=1, budget=int(sys.argv[3]), measure_difficulty=False,

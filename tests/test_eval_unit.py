@@ -11,19 +11,18 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import REPO
 
 from mindforge.errors import InputError
 from mindforge.eval import EvalConfig, efficacy, run_eval
 from mindforge.eval.stage import EvalError, EvalServices
 from mindforge.eval.stats import mcnemar_exact, paired, pass_at_k
 from mindforge.hcp import load_hcp, parse_hcp
-from mindforge.paths import default_hcp_path
+from mindforge.paths import default_hcp_path, seed_tasks_dir
 from mindforge.tasks.benchmarks import SealedSet, builtin, register
 from mindforge.tasks.io import load_tasks
 from mindforge.tasks.models import Hop, Trajectory, Verdict, VerdictStatus
 
-TASKS = [t for t in load_tasks(REPO / "seed_tasks") if t.output_kind == "function"][:6]
+TASKS = [t for t in load_tasks(seed_tasks_dir()) if t.output_kind == "function"][:6]
 
 
 class StandInSolver:

@@ -10,7 +10,6 @@ import random
 from pathlib import Path
 
 import pytest
-from helpers import REPO
 
 from mindforge.expansion import (
     AuditReport,
@@ -34,17 +33,18 @@ from mindforge.expansion import (
 )
 from mindforge.expansion.journal import Journal
 from mindforge.hcp import HCP, hcp_hash, load_hcp
+from mindforge.paths import default_hcp_path, seed_tasks_dir
 from mindforge.tasks import Hop, Task, Trajectory, Verdict
 from mindforge.tasks import TestOutcome as Outcome
 from mindforge.tasks import TestResult as TResult
 from mindforge.tasks.io import load_tasks
 
-DEFAULT = REPO / "hcp" / "examples" / "default.hcp.json"
+DEFAULT = default_hcp_path()
 ANSWER = "/provider/sampling/answer"
 
 
 def seed_tasks(family: str | None = None) -> list[Task]:
-    tasks = load_tasks(REPO / "seed_tasks")
+    tasks = load_tasks(seed_tasks_dir())
     return [t for t in tasks if family is None or t.family == family]
 
 
@@ -457,7 +457,7 @@ def test_too_few_discovered_tasks_are_joined_by_seed_tasks(tmp_path):
     from mindforge.expansion.inputs import cycle_tasks
     from mindforge.store import RunDir, write_parquet
 
-    seeds = load_tasks(REPO / "seed_tasks")
+    seeds = load_tasks(seed_tasks_dir())
     found = [t.model_copy(update={"prompt": t.prompt + " (discovered)"}) for t in seeds[:2]]
     found = [Task.model_validate(t.model_dump(exclude={"id"})) for t in found]
     write_parquet(found, RunDir(tmp_path).stage(1, "discovery") / "tasks" / "accepted.parquet")

@@ -10,10 +10,10 @@ import cycle_standins as standins
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-import flows.rsi_cycle as rsi
-from flows.task_runners import make_task_runner
+import mindforge.flows.rsi_cycle as rsi
 from mindforge.cycle import CycleConfig, runtime
 from mindforge.errors import InputError
+from mindforge.flows.task_runners import make_task_runner
 from mindforge.run_services import RunServices
 
 
@@ -152,3 +152,18 @@ def test_task_runners_are_chosen_by_name() -> None:
         make_task_runner("dask", options={"address": "tcp://127.0.0.1:8786"})
     with pytest.raises(InputError, match="unknown task runner"):
         make_task_runner("spark")
+
+
+def test_every_prefect_yaml_entrypoint_loads_from_the_repository_root(monkeypatch) -> None:
+    """A worker resolves entrypoints against MINDFORGE_REPO (prefect.yaml's pull step): the checkout's root."""
+    import yaml
+    from helpers import REPO
+    from prefect.flows import load_flow_from_entrypoint
+
+    monkeypatch.chdir(REPO)
+    deployments = yaml.safe_load((REPO / "prefect.yaml").read_text(encoding="utf-8"))["deployments"]
+    loaded = {d["entrypoint"]: load_flow_from_entrypoint(d["entrypoint"]).name for d in deployments}
+    assert loaded == {"mindforge/flows/rsi_cycle.py:rsi_cycle": "rsi-cycle",
+                      "mindforge/flows/discovery.py:discovery_flow": "discovery",
+                      "mindforge/flows/expansion.py:expansion_flow": "expansion",
+                      "mindforge/flows/update.py:update_flow": "update"}

@@ -34,11 +34,12 @@ from mindforge.hcp.diff import changed_pointers, diff_documents
 from mindforge.hcp.patch import apply_patch, guarded_violations, served_adapter_patch, serving_patch
 from mindforge.hcp.semantics import semantic_problems
 from mindforge.hcp.validate import schema_validator
+from mindforge.paths import default_hcp_path, hcp_examples_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "hcp" / "examples").glob("*.json"))
+EXAMPLES = sorted(hcp_examples_dir().glob("*.json"))
 CASES = json.loads((ROOT / "tests" / "fixtures" / "hcp" / "cases.json").read_text())
-DEFAULT = read_json(ROOT / "hcp" / "examples" / "default.hcp.json")
+DEFAULT = read_json(default_hcp_path())
 
 
 def make(patch: list) -> object:
@@ -207,7 +208,7 @@ def test_canonical_json_and_hash() -> None:
 
 
 def test_default_example_points_editors_at_the_schema_by_relative_path() -> None:
-    path = ROOT / "hcp" / "examples" / "default.hcp.json"
+    path = default_hcp_path()
     target = (path.parent / DEFAULT["$schema"]).resolve()
     assert target == (schema_dir() / "hcp.schema.json").resolve()
     schema = json.loads(target.read_text())

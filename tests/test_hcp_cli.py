@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from mindforge.hcp import hcp_hash, load_hcp, read_json
+from mindforge.paths import default_hcp_path, hcp_examples_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted((ROOT / "hcp" / "examples").glob("*.json"))
-DEFAULT = ROOT / "hcp" / "examples" / "default.hcp.json"
+EXAMPLES = sorted(hcp_examples_dir().glob("*.json"))
+DEFAULT = default_hcp_path()
 MOL = ROOT / "tests" / "fixtures" / "mol_profile"
 
 
@@ -43,6 +44,12 @@ def test_validate_examples_exit_0() -> None:
     r = mindforge("validate", *EXAMPLES)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count(": ok") == len(EXAMPLES)
+
+
+def test_validate_without_files_checks_the_shipped_examples() -> None:
+    r = mindforge("validate")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{p}: ok" for p in EXAMPLES]
 
 
 def test_validate_reports_one_line_per_error_with_pointer(tmp_path: Path) -> None:

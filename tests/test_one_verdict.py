@@ -15,10 +15,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO, require
+from helpers import require
 
 from mindforge.hcp import load_hcp
-from mindforge.paths import default_hcp_path
+from mindforge.paths import default_hcp_path, seed_tasks_dir
 from mindforge.sandbox.config import sandbox_config
 from mindforge.settings import load_settings
 from mindforge.tasks.io import load_tasks
@@ -36,7 +36,7 @@ def _docker_ok() -> bool:
 
 
 def _candidates() -> list[tuple[Task, str]]:
-    seed = next(t for t in load_tasks(REPO / "seed_tasks") if t.output_kind == "function")
+    seed = next(t for t in load_tasks(seed_tasks_dir()) if t.output_kind == "function")
     return [(SLOW, SLOW.reference), (SLOW, "def slow_add(a, b):\n    return a - b"),
             (seed, seed.reference), (seed, "def nothing():\n    return None")]
 

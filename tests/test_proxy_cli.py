@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mindforge.paths import default_hcp_path
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_HCP = REPO / "hcp" / "examples" / "default.hcp.json"
+DEFAULT_HCP = default_hcp_path()
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

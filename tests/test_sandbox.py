@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, require
 
+from mindforge.paths import seed_tasks_dir
 from mindforge.tasks import CheckerTest, Task
 from mindforge.tasks.io import load_tasks
 
@@ -48,7 +49,7 @@ ADD = Task(
 
 
 def test_every_seed_reference_passes_and_an_empty_candidate_fails(pool):
-    seeds = load_tasks(REPO / "seed_tasks")
+    seeds = load_tasks(seed_tasks_dir())
     verdicts = pool.verify_many([(t, t.reference) for t in seeds])
     failed = [(t.id, v.status, v.log, [x.message for x in v.tests if x.outcome != "pass"][:2])
               for t, v in zip(seeds, verdicts) if v.status != "pass"]
@@ -121,7 +122,7 @@ def test_reruns_mark_a_nondeterministic_candidate_flaky(pool):
 
 
 def test_tool_session_keeps_state_across_calls_then_is_destroyed(pool):
-    task = next(t for t in load_tasks(REPO / "seed_tasks") if t.output_kind == "tool_calls"
+    task = next(t for t in load_tasks(seed_tasks_dir()) if t.output_kind == "tool_calls"
                 and any(s.name == "add_to_cart" for s in t.tools))
     with pool.session(task) as s:
         assert s.call("add_to_cart", {"item": "apple", "quantity": 2}) == {"cart": {"apple": 2}}

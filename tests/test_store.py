@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import REPO
 
+from mindforge.paths import seed_tasks_dir
 from mindforge.store import (
     RunDir,
     atomic_write_json,
@@ -19,7 +19,7 @@ from mindforge.tasks.io import load_tasks
 
 
 def test_tasks_round_trip_through_parquet_and_datasets(tmp_path):
-    tasks = load_tasks(REPO / "seed_tasks")
+    tasks = load_tasks(seed_tasks_dir())
     folder = tmp_path / "cycles" / "1" / "discovery" / "tasks"
     write_parquet(tasks, folder / "part-0.parquet")
     assert read_parquet(folder, Task) == tasks
@@ -52,7 +52,7 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_stale_content_id_is_refused():
-    task = load_tasks(REPO / "seed_tasks")[0]
+    task = load_tasks(seed_tasks_dir())[0]
     doc = task.model_dump(mode="json")
     doc["prompt"] += " (edited)"
     with pytest.raises(ValueError, match="does not match the content"):

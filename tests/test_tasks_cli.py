@@ -8,10 +8,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from mindforge.cli import app
+from mindforge.paths import seed_tasks_dir
 from mindforge.tasks.io import dump_jsonl
 from mindforge.tasks.models import CheckerTest, Provenance, Task
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str | Path):
@@ -35,7 +34,7 @@ def task(name: str, reference: str | None = None, difficulty: int | None = 2) ->
 
 
 def test_validate_accepts_the_seed_folder() -> None:
-    result = run("validate", ROOT / "seed_tasks")
+    result = run("validate", seed_tasks_dir())
     assert result.exit_code == 0, result.output
     assert "ok " in result.stdout and "L2_python.jsonl" in result.stdout
 

@@ -1,4 +1,4 @@
-"""The shipped seed set (seed_tasks/*.jsonl): loads, meets the policy, gives nothing away.
+"""The shipped seed set (mindforge/data/seed_tasks/*.jsonl): loads, meets the policy, gives nothing away.
 
 Running every reference against its checker is the sandbox's test; these
 checks need no execution.
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mindforge.paths import seed_tasks_dir
 from mindforge.tasks.io import iter_jsonl, load_tasks
 from mindforge.tasks.models import Task
 from mindforge.tasks.seeds import (
@@ -21,8 +22,7 @@ from mindforge.tasks.seeds import (
     static_problems,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-SEED_DIR = ROOT / "seed_tasks"
+SEED_DIR = seed_tasks_dir()
 SEED_FILES = sorted(SEED_DIR.glob("*.jsonl"))
 
 

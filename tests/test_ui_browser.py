@@ -106,7 +106,7 @@ from contextlib import contextmanager
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 import cycle_standins as s
-import flows.rsi_cycle as rsi
+import mindforge.flows.rsi_cycle as rsi
 from mindforge.cycle import CycleConfig, runtime
 runtime.expansion_runner = lambda run, log: s.expansion_full
 runtime.update_runner = lambda run, progress=None, log=None: s.update_full

@@ -12,8 +12,9 @@ import asyncio
 import subprocess
 
 import pytest
-from helpers import REPO, require
+from helpers import require
 
+from mindforge.paths import seed_tasks_dir
 from mindforge.rollouts import (
     RolloutConfig,
     TurnOutcome,
@@ -36,7 +37,7 @@ def pool():
 
 
 def _task(prompt: str):
-    return next(t for t in load_tasks(REPO / "seed_tasks") if t.prompt == prompt)
+    return next(t for t in load_tasks(seed_tasks_dir()) if t.prompt == prompt)
 
 
 def _hop(text: str) -> Hop:
@@ -84,7 +85,7 @@ def test_tool_rollouts_are_scored_by_the_sandbox_and_failures_dropped(pool, kind
 
 
 def test_code_answers_are_extracted_and_verified(pool) -> None:
-    task = _task(next(t.prompt for t in load_tasks(REPO / "seed_tasks") if t.entry_point == "clamp"))
+    task = _task(next(t.prompt for t in load_tasks(seed_tasks_dir()) if t.entry_point == "clamp"))
 
     def runner(task_, seed, tools):
         async def run():

@@ -142,7 +142,7 @@ def cycle(
     """
     config = build_config(run_dir, params, cycles, first_cycle, stage, set_ or [])
     if prefect:
-        from flows.rsi_cycle import rsi_cycle
+        from mindforge.flows.rsi_cycle import rsi_cycle
 
         facts = rsi_cycle(config)
     else:

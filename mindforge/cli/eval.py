@@ -95,6 +95,9 @@ def bench_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         return
     for name, b in found.items():
         print(f"{name}\t{b.format}\t{b.path}{'' if b.path.is_file() else '  (missing here)'}")
+    if not found:  # installed without a checkout: the built-in mbpp has no folder to sit beside
+        print("no benchmark registered: mbpp is built in only beside a source checkout; "
+              "mindforge bench register NAME FILE", file=sys.stderr)
 
 
 @bench_app.command("register")

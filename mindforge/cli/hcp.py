@@ -35,13 +35,18 @@ def _fail(exc: InputError) -> typer.Exit:
 
 @app.command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="HCP JSON files.", show_default=False)],
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(help="HCP JSON files (default: the example documents shipped with MindForge).",
+                       show_default=False),
+    ] = None,
 ) -> None:
     """Validate HCP files; exit 0 when all are valid, 2 otherwise."""
     from mindforge.hcp import read_json, validate_document
+    from mindforge.paths import hcp_examples_dir
 
     bad = 0
-    for path in files:
+    for path in files or sorted(hcp_examples_dir().glob("*.json")):
         try:
             errors = validate_document(read_json(path), str(path))
         except InputError as exc:
@@ -130,7 +135,7 @@ def import_mol(
     template: Annotated[
         Path | None,
         typer.Option(
-            help="HCP file giving everything but the router (default: hcp/examples/default.hcp.json)."
+            help="HCP file giving everything but the router (default: the packaged default.hcp.json)."
         ),
     ] = None,
     default_route: Annotated[

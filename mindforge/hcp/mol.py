@@ -19,7 +19,7 @@ MindForge harness prefills that stem in the assistant turn itself.
 
 The profile only describes the router, so everything else (provider, sampling,
 limits, guarded settings, ...) comes from a template HCP document, by default
-``hcp/examples/default.hcp.json``. In a MoL deployment ``adapter_name`` is the
+``mindforge/data/hcp/examples/default.hcp.json``. In a MoL deployment ``adapter_name`` is the
 name the engine serves, so it becomes both ``adapter`` and ``served_adapter``.
 """
 
@@ -34,7 +34,8 @@ from typing import Any
 from mindforge.errors import InputError
 from mindforge.hcp.canonical import without_editor_keys
 from mindforge.hcp.models import PLACEHOLDERS, ROUTES
-from mindforge.hcp.validate import DocumentErrors, parse_hcp, read_json, schema_dir
+from mindforge.hcp.validate import DocumentErrors, parse_hcp, read_json
+from mindforge.paths import default_hcp_path
 
 PROFILE_FILES = ("lora.md", "route.md", "intro.md", "summary.md")
 _HEADING = re.compile(r"^##\s+(L\d+)\s*$", re.IGNORECASE)
@@ -52,7 +53,7 @@ class MolRoute:
 
 
 def default_template_path() -> Path:
-    return schema_dir().parent / "examples" / "default.hcp.json"
+    return default_hcp_path()
 
 
 def _sections(text: str) -> list[tuple[str, int, list[tuple[int, str]]]]:

@@ -2,7 +2,7 @@
 
 Validation is layered and reports everything it finds at once:
 
-1. JSON Schema (``hcp/schemas/``, the source of truth), every error turned
+1. JSON Schema (``mindforge/data/hcp/schemas/``, the source of truth), every error turned
    into an ``InputError`` whose ``where`` is the JSON pointer of the offending
    value (for a missing or unknown property: the pointer of that property);
 2. when the schema accepts the document, the cross-field rules of
@@ -47,7 +47,7 @@ class DocumentErrors(InputError):
 
 
 def schema_dir() -> Path:
-    """The folder of the JSON Schema files (the repository's ``hcp/schemas``)."""
+    """The folder of the JSON Schema files (package data: ``mindforge/data/hcp/schemas``)."""
     return hcp_schemas_dir()
 
 
@@ -59,7 +59,8 @@ def schema_validator() -> Any:
 
     if not (schema_dir() / SCHEMA_FILE).is_file():
         raise MindForgeError(
-            f"HCP schemas not found in {schema_dir()}; install MindForge from a source checkout (pip install -e .)"
+            f"HCP schemas not found in {schema_dir()}: the package was installed without its data; "
+            "reinstall MindForge from its wheel or a source checkout"
         )
     resources = []
     for path in sorted(schema_dir().glob("*.schema.json")):

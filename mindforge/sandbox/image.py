@@ -1,8 +1,9 @@
 """Building the sandbox image without a registry.
 
-The image is tagged by a hash of the ``sandboxes/python`` tree, so a change to
-the Dockerfile or the runner builds a new image and an unchanged tree reuses
-the old one. Its base is ``python:3.12-slim`` when that is present or can be
+The image is tagged by a hash of the ``mindforge/data/sandboxes/python`` tree
+(paths relative to it and bytes, so where the package is installed does not
+change the tag): a change to the Dockerfile or the runner builds a new image
+and an unchanged tree reuses the old one. Its base is ``python:3.12-slim`` when that is present or can be
 pulled; where no registry answers, a Debian base is made with debootstrap from
 the host's own apt sources (the mirror and suite are read from the apt
 configuration, never hard-coded) and imported with ``docker import``.
@@ -34,7 +35,8 @@ class ImageError(MindForgeError):
 def sandbox_dir() -> Path:
     here = sandbox_context_dir()
     if not (here / "Dockerfile").exists():
-        raise ImageError(f"sandbox build context not found at {here} (needs a source checkout)")
+        raise ImageError(f"sandbox build context not found at {here}: the package was installed without its "
+                         "data; reinstall MindForge from its wheel or a source checkout")
     return here
 
 

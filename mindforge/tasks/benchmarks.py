@@ -2,9 +2,10 @@
 
 A benchmark is a name and a file: a task JSONL in the task schema (tests and
 reference only the verifier sees), or MBPP's JSON release, converted on read
-by ``mindforge.tasks.mbpp``. ``mbpp`` (the sanitized release beside the
-repository, ``../shared/data/mbpp/``) is built in; a user registers others
-by path (``mindforge bench register NAME FILE``), recorded in
+by ``mindforge.tasks.mbpp``. ``mbpp`` (the sanitized release beside a
+source checkout, ``../shared/data/mbpp/``) is built in where there is a
+checkout; a user registers others, or mbpp where MindForge is installed, by
+path (``mindforge bench register NAME FILE``), recorded in
 ``benchmarks.json`` of the settings' cache folder.
 
 Every registered benchmark is sealed:
@@ -28,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mindforge.errors import InputError
-from mindforge.paths import resolve_from_repo
+from mindforge.paths import checkout_root
 from mindforge.store import atomic_write_json
 from mindforge.tasks.models import Task
 
@@ -53,9 +54,15 @@ class Benchmark(BaseModel):
         return list(_load(self.name, str(self.path), self.format, self.sha256()))
 
 
+# The sanitized MBPP release beside a source checkout; an installed package has none and registers it.
+MBPP_BESIDE_CHECKOUT = Path("../shared/data/mbpp/sanitized-mbpp.json")
+
+
 def builtin() -> dict[str, Benchmark]:
-    return {"mbpp": Benchmark(name="mbpp", path=resolve_from_repo(Path("../shared/data/mbpp/sanitized-mbpp.json")),
-                              format="mbpp")}
+    root = checkout_root()
+    if root is None:
+        return {}
+    return {"mbpp": Benchmark(name="mbpp", path=(root / MBPP_BESIDE_CHECKOUT).resolve(), format="mbpp")}
 
 
 def registry_file(cache_dir: Path) -> Path:
@@ -99,7 +106,11 @@ def register(cache_dir: Path, name: str, path: Path) -> Benchmark:
 def get(cache_dir: Path, name: str) -> Benchmark:
     found = registered(cache_dir)
     if name not in found:
-        raise InputError("benchmark", name, f"unknown benchmark; registered: {', '.join(sorted(found))}")
+        if name == DEFAULT and checkout_root() is None:
+            raise InputError("benchmark", name, f"the built-in {DEFAULT} is {MBPP_BESIDE_CHECKOUT} beside a source "
+                                                "checkout and MindForge is installed without one; register the file: "
+                                                f"mindforge bench register {DEFAULT} FILE")
+        raise InputError("benchmark", name, f"unknown benchmark; registered: {', '.join(sorted(found)) or 'none'}")
     return found[name]
 
 

@@ -7,7 +7,7 @@ never reach a model prompt. The id is a hash of the content that defines the
 task (both views, not provenance), so the same task proposed twice has one id.
 
 A checker test is Python code run against the candidate by the sandbox
-runner (``sandboxes/python/runner.py``), which binds these names for it:
+runner (``mindforge/data/sandboxes/python/runner.py``), which binds these names for it:
 
 - ``function``: every top-level name the candidate defines (called through a
   process boundary, so arguments and results must be plain data);

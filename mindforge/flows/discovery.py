@@ -20,8 +20,8 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from flows import artifacts
 from mindforge.discovery.config import DiscoveryConfig
+from mindforge.flows import artifacts
 from mindforge.run_services import RunServices, run_services_for
 
 

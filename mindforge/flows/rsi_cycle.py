@@ -17,16 +17,16 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 
-from flows import artifacts
-from flows.discovery import discovery_flow
-from flows.eval import eval_flow
-from flows.expansion import expansion_flow
-from flows.task_runners import make_task_runner
-from flows.update import update_flow
 from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
 from mindforge.cycle.config import validate_stage_configs
 from mindforge.cycle.core import StageRunner
 from mindforge.eval.report import efficacy_cell
+from mindforge.flows import artifacts
+from mindforge.flows.discovery import discovery_flow
+from mindforge.flows.eval import eval_flow
+from mindforge.flows.expansion import expansion_flow
+from mindforge.flows.task_runners import make_task_runner
+from mindforge.flows.update import update_flow
 from mindforge.run_services import RunServices, open_run_services
 from mindforge.settings import Settings
 

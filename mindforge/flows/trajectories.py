@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flows.artifacts import key
+from mindforge.flows.artifacts import key
 
 MAX_TEXT = 4000
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from flows import artifacts
-from flows.publish import publish_trajectories
 from mindforge.expansion.config import ExpansionConfig
+from mindforge.flows import artifacts
+from mindforge.flows.publish import publish_trajectories
 from mindforge.run_services import RunServices, run_services_for
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from prefect import task
 
-from flows import artifacts, trajectories
+from mindforge.flows import artifacts, trajectories
 
 DETAILED = 24  # pages a stage; every trajectory is in the table and in the dataset anyway
 
