@@ -162,14 +162,21 @@ async def rollout_groups(
     route: str,
     open_session: SessionOpener | None = None,
     seed_offset: int = 0,
+    on_answer: Callable[[], None] | None = None,
 ) -> list[list[Trajectory]]:
-    """``group_size`` samples of each task, verified and rewarded; one list a task."""
+    """``group_size`` samples of each task, verified and rewarded; one list a task.
+
+    ``on_answer`` is called as each sample's turn ends (before verification), for a progress bar.
+    """
     gate = asyncio.Semaphore(config.concurrency)
 
     async def gated(task: Task, sample: int) -> tuple[Trajectory, TurnOutcome | None]:
         seed = sample_seed(config.seed + seed_offset, task.id, sample)
         async with gate:
-            return await _one_sample(task, sample, seed, run, open_session, hcp_version, route)
+            out = await _one_sample(task, sample, seed, run, open_session, hcp_version, route)
+        if on_answer is not None:
+            on_answer()
+        return out
 
     jobs = [(t, s) for t in tasks for s in range(config.group_size)]
     done = await asyncio.gather(*(gated(t, s) for t, s in jobs))
@@ -204,7 +211,8 @@ class HarnessSolver:
         self.runner_for, self.pool, self.concurrency = runner_for, pool, concurrency
 
     def groups(self, hcp: Any, tasks: Sequence[Task], samples: int, seed: int, *,
-               reward: RewardKind | None = None, seed_offset: int = 0) -> list[list[Trajectory]]:
+               reward: RewardKind | None = None, seed_offset: int = 0,
+               on_answer: Callable[[], None] | None = None) -> list[list[Trajectory]]:
         """``samples`` trajectories of each task (one list a task); the reward is the HCP's unless given."""
         from mindforge.hcp import hcp_hash
 
@@ -213,6 +221,7 @@ class HarnessSolver:
         return asyncio.run(rollout_groups(
             tasks, self.runner_for(hcp), self.pool, config, hcp_version=hcp_hash(hcp),
             route=hcp.router.default_route, open_session=self.pool.session, seed_offset=seed_offset,
+            on_answer=on_answer,
         ))
 
 

@@ -192,7 +192,11 @@ def test_run_discovery_writes_dataset_with_provenance_and_done(tmp_path: Path) -
     from mindforge.discovery.stage import run_discovery
 
     c = cfg(tmp_path, budget=10, proposers=("procedural",))
-    result = run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_HalfSolver(), hcp_version="h1"))
+    seen: list[tuple[int, int]] = []
+    result = run_discovery(c, DiscoveryServices(verifier=_PassRefOnly(), solver=_HalfSolver(), hcp_version="h1",
+                                                progress=lambda done, total: seen.append((done, total))))
+    # the progress bar: candidates decided of the budget, never backwards, ending at the budget
+    assert seen[0] == (0, 10) and seen[-1] == (10, 10) and seen == sorted(seen)
     assert result.accepted == 10 and set(result.by_family) >= {"L0", "L2"} and result.rejected == {}
     tasks = accepted_tasks(c)
     assert len(tasks) == 10 and all(t.provenance.cycle == 1 and t.provenance.hcp_version == "h1" for t in tasks)

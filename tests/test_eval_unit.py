@@ -48,6 +48,8 @@ class StandInSolver:
                           logprobs=(-0.1,), finish_reason="stop", duration_s=0.5)
                 group.append(Trajectory(task_id=t.id, hcp_version="h", route=self.route, sample=s, hops=(hop,),
                                         verdict=Verdict(task_id=t.id, status=status, tests=()), reward=float(status == "pass")))
+                if kw.get("on_answer"):
+                    kw["on_answer"]()
             out.append(group)
         return out
 
@@ -66,6 +68,18 @@ def test_pass_at_k_and_mcnemar_match_their_definitions() -> None:
     p = paired({"a": 0, "b": 0, "c": 1, "d": 1}, {"a": 1, "b": 1, "c": 1, "d": 0, "e": 1})
     assert (p.n, p.gained, p.lost, p.diff) == (4, 2, 1, 0.25)
     assert p.paired_se == pytest.approx((sum((d - 0.25) ** 2 for d in (1, 1, 0, -1)) / 3 / 4) ** 0.5, abs=1e-6)
+
+
+def test_the_progress_hook_counts_every_answer_and_stored_shards(tmp_path: Path) -> None:
+    config = EvalConfig(run_dir=tmp_path, cycle=0, chunk=4)
+    seen: list[tuple[int, int]] = []
+    services = _services(StandInSolver(passing=set()))
+    services.progress = lambda done, total: seen.append((done, total))
+    run_eval(config, services)
+    assert seen == [(i, 6) for i in range(1, 7)]
+    seen.clear()
+    run_eval(config, services)  # every shard stored: the bar jumps shard by shard
+    assert seen == [(4, 6), (6, 6)]
 
 
 def test_an_eval_is_stored_reused_and_never_scored_twice(tmp_path: Path) -> None:

@@ -271,15 +271,18 @@ def test_numeric_proposer_follows_the_audit_and_stays_in_range():
 
 
 # ---------------------------------------------------------------- the stage
-def _run(cfg, proposer, solver=None):
+def _run(cfg, proposer, solver=None, progress=None):
     solver = solver or FakeSolver()
-    result = run_expansion(cfg, ExpansionServices(solver=solver, proposers=[proposer]))
+    result = run_expansion(cfg, ExpansionServices(solver=solver, proposers=[proposer], progress=progress))
     return result, solver, Journal(Path(cfg.run_dir) / "cycles/1/expansion/journal.jsonl").candidates()
 
 
 def test_scripted_better_accepted_worse_and_noise_rejected(tmp_path):
     cfg = config(tmp_path, budget=3, patience=5)
-    result, _solver, recs = _run(cfg, ScriptedProposer([BETTER, WORSE, NOISE]))
+    seen = []
+    result, _solver, recs = _run(cfg, ScriptedProposer([BETTER, WORSE, NOISE]),
+                                 progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]  # the progress bar: candidates evaluated of the budget
     assert [r.outcome for r in recs] == ["accepted", "rejected", "rejected"]
     assert recs[1].parent == recs[0].hcp_hash  # the worse patch applies to the new incumbent
     assert recs[1].stage == "minibatch"  # clearly worse: dropped early

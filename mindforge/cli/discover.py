@@ -66,22 +66,22 @@ def discover(
         field = where.strip("/")
         raise InputError("mindforge discover", f"option {field}" if field else "options", problem) from None
 
-    def log(message: str) -> None:
-        print(f"[discover] {message}", file=sys.stderr, flush=True)
-
     import signal
+
+    from mindforge.cli.progress import stage_bar
 
     # A SIGTERM (a killed flow, a supervisor) unwinds like Ctrl-C, so the engine and
     # containers this command started are stopped instead of orphaned.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     result = finished_result(config)
-    if result is None:
-        with open_run_services(load_settings(), run_dir, cycle, "discovery", hcp=config.hcp,
-                               engine=needs_engine(config), log=log) as run, \
-                open_services(run, config, log=log) as services:
-            result = run_discovery(config, services)
-    else:
-        log(f"cycle {cycle} already discovered; showing the stored result")
+    with stage_bar("discover", "candidates", enabled=not as_json and result is None) as bar:
+        if result is None:
+            with open_run_services(load_settings(), run_dir, cycle, "discovery", hcp=config.hcp,
+                                   engine=needs_engine(config), log=bar.log) as run, \
+                    open_services(run, config, log=bar.log, progress=bar.update) as services:
+                result = run_discovery(config, services)
+        else:
+            bar.log(f"cycle {cycle} already discovered; showing the stored result")
     if as_json:
         print(json.dumps(result.summary()))
     else:

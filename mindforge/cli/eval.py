@@ -53,11 +53,11 @@ def eval_(
     config = EvalConfig(run_dir=run_dir, cycle=cycle, bench=bench, samples=samples, max_tasks=max_tasks,
                         concurrency=concurrency, pin_route=pin_route, hcp=hcp, adapters_from=adapters_from)
 
-    def log(message: str) -> None:
-        print(f"[eval] {message}", file=sys.stderr, flush=True)
+    from mindforge.cli.progress import stage_bar
 
-    with open_run_services(load_settings(), run_dir, cycle, "eval", log=log) as run, \
-            open_services(run, config, log=log) as services:
+    with stage_bar("eval", "answers", enabled=not as_json) as bar, \
+            open_run_services(load_settings(), run_dir, cycle, "eval", log=bar.log) as run, \
+            open_services(run, config, log=bar.log, progress=bar.update) as services:
         result = run_eval(config, services)
     if as_json:
         print(json.dumps(result.summary()))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -92,19 +91,19 @@ def expand(
         where, problem = pydantic_problems(exc)[0]
         raise InputError("mindforge expand", f"option {where.strip('/')}", problem) from None
 
-    def log(message: str) -> None:
-        print(f"[expand] {message}", file=sys.stderr, flush=True)
+    from mindforge.cli.progress import stage_bar
 
     result = finished_result(config)
-    if result is None:
-        scripted = [ScriptedProposer(_read_patches(patches))] if patches else None
-        # The run's engine serves the adapters its HCP names (from the run's catalog);
-        # started here only when no engine is up, and stopped afterwards.
-        with open_run_services(load_settings(), run_dir, cycle, "expansion", hcp=hcp, log=log) as run, \
-                open_services(run, config, log=log, proposers=scripted) as services:
-            result = run_expansion(config, services)
-    else:
-        log(f"cycle {cycle} already expanded; showing the stored result")
+    with stage_bar("expand", "candidates", enabled=not as_json and result is None) as bar:
+        if result is None:
+            scripted = [ScriptedProposer(_read_patches(patches))] if patches else None
+            # The run's engine serves the adapters its HCP names (from the run's catalog);
+            # started here only when no engine is up, and stopped afterwards.
+            with open_run_services(load_settings(), run_dir, cycle, "expansion", hcp=hcp, log=bar.log) as run, \
+                    open_services(run, config, log=bar.log, proposers=scripted, progress=bar.update) as services:
+                result = run_expansion(config, services)
+        else:
+            bar.log(f"cycle {cycle} already expanded; showing the stored result")
     if as_json:
         print(json.dumps(result.summary()))
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -79,43 +78,20 @@ def update(
         )
     except ValueError as exc:
         raise InputError("mindforge update", "", str(exc).replace("\n", "; ")) from None
-    def log(message: str) -> None:
-        print(f"[update] {message}", file=sys.stderr, flush=True)
+    from mindforge.cli.progress import stage_bar
 
-    with _progress(enabled=not as_json) as progress, \
-            open_run_services(load_settings(), run_dir, cycle, "update", hcp=hcp, log=log) as run, \
-            open_services(run, config, progress=progress, log=log) as services:
-        result = run_update(config, services)
+    with stage_bar("update", "GRPO steps", enabled=not as_json) as bar:
+        def progress(done: int, total: int, row=None) -> None:
+            bar.update(done, total, None if row is None else
+                       f"reward {row.mean_reward:.3f} loss {row.loss:.4f} kl {row.kl:.4f} tokens {row.tokens}")
+
+        with open_run_services(load_settings(), run_dir, cycle, "update", hcp=hcp, log=bar.log) as run, \
+                open_services(run, config, progress=progress, log=bar.log) as services:
+            result = run_update(config, services)
     if as_json:
         print(json.dumps(result.summary()))
         return
     _print_result(result)
-
-
-def _progress(enabled: bool):
-    """A rich progress bar over training steps; the callback the stage calls after each step."""
-    from contextlib import contextmanager
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    @contextmanager
-    def cm():
-        # stderr, so that --json's stdout holds only the summary.
-        from rich.console import Console
-
-        bar = Progress(TextColumn("[bold]GRPO[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled)
-        with bar:
-            task = bar.add_task("steps", total=None)
-
-            def update(done: int, total: int, row=None) -> None:
-                text = "steps" if row is None else (
-                    f"reward {row.mean_reward:.3f} loss {row.loss:.4f} kl {row.kl:.4f} tokens {row.tokens}")
-                bar.update(task, completed=done, total=total, description=text)
-
-            yield update
-
-    return cm()
 
 
 def _print_result(result) -> None:

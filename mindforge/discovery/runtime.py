@@ -51,13 +51,13 @@ def needs_engine(config: DiscoveryConfig) -> bool:
 
 
 @contextmanager
-def open_services(run: RunServices, config: DiscoveryConfig,
-                  log: Callable[[str], None] = print) -> Iterator[DiscoveryServices]:
+def open_services(run: RunServices, config: DiscoveryConfig, log: Callable[[str], None] = print,
+                  progress: Callable[[int, int], None] | None = None) -> Iterator[DiscoveryServices]:
     hcp = load_hcp(archive.hcp_path(config))
     with ExitStack() as stack:
         pool = stack.enter_context(SandboxPool(run.sandbox(hcp)))
         services = DiscoveryServices(verifier=pool, propose_instructions=hcp.prompts.propose,
-                                     hcp_version=hcp_hash(hcp), log=log,
+                                     hcp_version=hcp_hash(hcp), log=log, progress=progress,
                                      sealed_sources=tuple(benchmarks.sources(run.settings.cache_dir)),
                                      sealed=benchmarks.SealedSet.of(run.settings.cache_dir))
         if needs_engine(config):

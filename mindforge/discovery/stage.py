@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,7 @@ class DiscoveryServices:
     propose_instructions: str = ""
     hcp_version: str | None = None
     log: Callable[[str], None] = lambda m: None
+    progress: Callable[[int, int], None] | None = None  # (candidates decided, budget), for a progress bar
     workers: int = 8
     infra_retries: int = 2
     # Sealed benchmarks (mindforge.tasks.benchmarks): decontaminated against, never a seed or a parent.
@@ -333,6 +335,12 @@ def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> Disco
     left = config.budget - sum(1 for i in journal.decisions if i < config.budget)
     services.log(f"discovery cycle {config.cycle}: {config.budget} candidates, {left} to judge")
     infra: list[int] = []
+    counting = threading.Lock()
+
+    def report() -> None:
+        if services.progress is not None:
+            with counting:  # cheap checks decide candidates in prepare(), judges in threads
+                services.progress(sum(1 for i in list(journal.decisions) if i < config.budget), config.budget)
 
     def one(item: tuple[Proposal, Task], pool_by_id: dict[str, Task]) -> None:
         p, task = item
@@ -341,6 +349,7 @@ def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> Disco
             infra.append(p.index)
             return
         journal.add_decision(d)
+        report()
         services.log(f"candidate {p.index} ({p.proposer}{'' if p.level is None else f' level {p.level}'}, "
                      f"{task.family}): {'accepted' if d.accepted else d.reason} {d.detail[:120]}")
 
@@ -348,6 +357,7 @@ def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> Disco
     try:
         for upto in round_ends(config):
             _, pending, pool_by_id = prepare(config, services, upto, journal)
+            report()
             list(ex.map(one, pending, [pool_by_id] * len(pending)))
     except BaseException:
         # Ctrl-C / SIGTERM: do not wait for judges blocked on the engine; the caller's

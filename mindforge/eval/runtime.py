@@ -23,8 +23,8 @@ from mindforge.tasks import benchmarks
 
 
 @contextmanager
-def open_services(run: RunServices, config: EvalConfig,
-                  log: Callable[[str], None] = print) -> Iterator[EvalServices]:
+def open_services(run: RunServices, config: EvalConfig, log: Callable[[str], None] = print,
+                  progress: Callable[[int, int], None] | None = None) -> Iterator[EvalServices]:
     bench = benchmarks.get(run.settings.cache_dir, config.bench)
     hcp = load_hcp(run.hcp_path(config.cycle, "eval", config.hcp))
     if config.adapters_from is not None:
@@ -39,4 +39,5 @@ def open_services(run: RunServices, config: EvalConfig,
 
     with SandboxPool(run.sandbox(hcp)) as pool:
         yield EvalServices(tasks=bench.tasks(), bench_sha=bench.sha256(), hcp=hcp,
-                           solver=HarnessSolver(runner_for, pool, concurrency=config.concurrency), log=log)
+                           solver=HarnessSolver(runner_for, pool, concurrency=config.concurrency), log=log,
+                           progress=progress)

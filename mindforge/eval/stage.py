@@ -56,6 +56,8 @@ class EvalServices:
     hcp: HCP  # the HCP in force, as the proxy would serve it
     solver: HarnessSolver  # harness turns on the run's engine, verdicts from the HCP's sandbox
     log: Callable[[str], None] = field(default=lambda message: None)
+    # (answers done, answers in all) as turns end, for a progress bar; stored shards count as done
+    progress: Callable[[int, int], None] | None = None
 
 
 def greedy(hcp: HCP) -> HCP:
@@ -102,9 +104,9 @@ def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode:
 
 
 def _score_chunk(services: EvalServices, hcp: HCP, chunk: Sequence[Task], samples: int, seed: int,
-                 mode: str) -> list[EvalRow]:
+                 mode: str, on_answer: Callable[[], None] | None = None) -> list[EvalRow]:
     """Rows of one shard; tasks with an infrastructure error are run once more, then the eval stops."""
-    rows = rows_of(chunk, services.solver.groups(hcp, chunk, samples, seed), mode)
+    rows = rows_of(chunk, services.solver.groups(hcp, chunk, samples, seed, on_answer=on_answer), mode)
     broken = [t for t in chunk if any(r.status == "infra_error" for r in rows if r.task_id == t.id)]
     if broken:
         services.log(f"{len(broken)} task(s) hit an infrastructure error; running them once more")
@@ -124,14 +126,22 @@ def _scored(folder: Path, tasks: Sequence[Task], config: EvalConfig, hcp: HCP, m
     rows: list[EvalRow] = []
     reused = True
     chunks = [tasks[i:i + config.chunk] for i in range(0, len(tasks), config.chunk)]
+    answers = [0]
+
+    def answered(count: int = 1) -> None:
+        answers[0] += count
+        if services.progress is not None:
+            services.progress(answers[0], len(tasks) * samples)
+
     for i, chunk in enumerate(chunks):
         shard = folder / f"{mode}-{i:04d}.parquet"
         if shard.is_file():
             rows += read_parquet(shard, EvalRow)
+            answered(len(chunk) * samples)
             continue
         reused = False
         t0 = time.monotonic()
-        got = _score_chunk(services, hcp, chunk, samples, config.seed, mode)
+        got = _score_chunk(services, hcp, chunk, samples, config.seed, mode, answered)
         write_parquet(got, shard)
         rows += got
         done = min((i + 1) * config.chunk, len(tasks))

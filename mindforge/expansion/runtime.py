@@ -26,7 +26,8 @@ from mindforge.tasks.benchmarks import SealedSet
 
 @contextmanager
 def open_services(run: RunServices, config: ExpansionConfig, log: Callable[[str], None] = print,
-                  proposers: Sequence[Proposer] | None = None) -> Iterator[ExpansionServices]:
+                  proposers: Sequence[Proposer] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> Iterator[ExpansionServices]:
     client = run.engine_client()  # one client: its connection pools are per event loop
 
     def harness_for(hcp: HCP) -> object:
@@ -37,4 +38,4 @@ def open_services(run: RunServices, config: ExpansionConfig, log: Callable[[str]
         solver = AuditedSolver(HarnessSolver(lambda hcp: task_runner(harness_for(hcp), summarize=False), pool,
                                              concurrency=32))
         yield ExpansionServices(solver=solver, reflector=HarnessReflector(harness_for), proposers=proposers,
-                                log=log, sealed=SealedSet.of(run.settings.cache_dir))
+                                log=log, progress=progress, sealed=SealedSet.of(run.settings.cache_dir))

@@ -58,9 +58,11 @@ class Search:
         hcp_dir: Path,
         rule: AcceptanceRule | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_candidate: Callable[[int, int], None] | None = None,
     ):
         self.config, self.splits, self.evaluator, self.journal = config, splits, evaluator, journal
         self.proposer, self.hcp_dir, self.clock = proposer, Path(hcp_dir), clock
+        self.on_candidate = on_candidate  # (candidates evaluated, budget), for a progress bar
         self.rule = rule or PairedGainRule(config.min_delta, config.k_se, config.route_tolerance)
         self.policy = PatchPolicy(config.near_duplicate_ratio)
         self.start = self.incumbent = start
@@ -101,6 +103,8 @@ class Search:
         p.duplicate_streak = 0
         p.evaluated += 1
         p.rollouts += rec.rollouts
+        if self.on_candidate is not None:
+            self.on_candidate(p.evaluated, self.config.budget)
         self.policy.remember(rec.hcp_hash or "", rec.patch)
         if rec.outcome == "accepted":
             doc = apply_patch(self.incumbent.to_document(), rec.patch, f"journal candidate {rec.index}")

@@ -54,6 +54,7 @@ class ExpansionServices:
     reflector: Reflector | None = None
     proposers: Sequence[Proposer] | None = None  # None: built from config.proposers
     log: Callable[[str], None] = field(default=lambda message: None)
+    progress: Callable[[int, int], None] | None = None  # (candidates evaluated, budget), for a progress bar
     clock: Callable[[], float] = time.monotonic
     sealed: SealedSet | None = None  # sealed benchmarks: never among the tasks Expansion selects on
 
@@ -114,7 +115,7 @@ class _Stage:
         journal = Journal(self.folder / "journal.jsonl")
         proposers = self.services.proposers or build_proposers(self.config, self.services.reflector)
         search = Search(self.config, splits, start, evaluator, journal, RoundRobin(proposers),
-                        self.folder / "hcp", clock=self.services.clock)
+                        self.folder / "hcp", clock=self.services.clock, on_candidate=self.services.progress)
         stop = search.run()
         self.services.log(f"stopped: {stop.reason}")
         return self.finish(search, stop)
