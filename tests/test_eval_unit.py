@@ -82,6 +82,25 @@ def test_the_progress_hook_counts_every_answer_and_stored_shards(tmp_path: Path)
     assert seen == [(4, 6), (6, 6)]
 
 
+def test_each_cycle_is_a_point_on_the_runs_tensorboard_curve(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_eval(EvalConfig(run_dir=tmp_path, cycle=0, chunk=4), _services(StandInSolver(passing={TASKS[0].id})))
+    trained = _services(StandInSolver(passing={TASKS[0].id, TASKS[1].id}, route="L2"))
+    doc = trained.hcp.to_document()
+    doc["router"]["routes"]["L2"]["served_adapter"] = "mf-L2-v0001"  # what cycle 1 left: another eval key
+    trained.hcp = parse_hcp(doc, "cycle 1")
+    run_eval(EvalConfig(run_dir=tmp_path, cycle=1, chunk=4), trained)
+    run_eval(EvalConfig(run_dir=tmp_path, cycle=1, chunk=4, pin_route="L2"),  # a diagnostic: not on the curve
+             _services(StandInSolver(passing=set(), route="L2")))
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "eval"))
+    events.Reload()
+    pass1 = [(e.step, round(e.value, 4)) for e in events.Scalars("eval/mbpp/pass@1")]
+    assert pass1 == [(0, round(1 / 6, 4)), (1, round(2 / 6, 4))]
+    assert [(e.step, round(e.value, 4)) for e in events.Scalars("eval/mbpp/vs_cycle0")] == [(1, round(1 / 6, 4))]
+    assert [(e.step, e.value) for e in events.Scalars("eval/mbpp/routing/L2")] == [(0, 0.0), (1, 1.0)]
+
+
 def test_an_eval_is_stored_reused_and_never_scored_twice(tmp_path: Path) -> None:
     config = EvalConfig(run_dir=tmp_path, cycle=0, chunk=4)
     solver = StandInSolver(passing={TASKS[0].id, TASKS[1].id})

@@ -137,3 +137,11 @@ def test_router_training_measures_trains_and_promotes_l0(tmp_path: Path, base_pa
         assert result.hcp_path == Path(r.hcp_path) or load_hcp(result.hcp_path).served_adapter("L0") == r.version
     # A rerun of the stage reuses the phase's measurement instead of training again.
     assert json.loads((tmp_path / "cycles/1/update/router.json").read_text())["steps"] == 16
+    # The cycle's routing numbers are a point on the run's TensorBoard curve (step = cycle).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "routing"))
+    events.Reload()
+    for tag, value in r.scalars().items():
+        assert [(e.step, round(e.value, 4)) for e in events.Scalars(tag)] == [(1, round(value, 4))], tag
+    assert {"routing/accuracy_before", "routing/accuracy_after", "routing/after/L2"} <= set(r.scalars())

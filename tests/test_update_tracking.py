@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from update_standins import TOKENS, fresh_adapter, tiny_base, tiny_update
 
-from mindforge.update.tracking import TrackingError, open_tracker
+from mindforge.tracking import TrackingError, open_tracker
 
 
 def test_tensorboard_events_are_the_curve(tmp_path: Path) -> None:

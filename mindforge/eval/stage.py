@@ -41,6 +41,7 @@ from mindforge.hcp import HCP, hcp_hash, parse_hcp
 from mindforge.rollouts import HarnessSolver
 from mindforge.store import RunDir, atomic_write_json, read_parquet, write_parquet
 from mindforge.tasks.models import Task, Trajectory, VerdictStatus
+from mindforge.tracking import record_cycle
 
 
 class EvalError(MindForgeError):
@@ -167,6 +168,7 @@ def run_eval(config: EvalConfig, services: EvalServices) -> EvalResult:
                      reused)
     atomic_write_json(folder / "result.json", result.model_dump(mode="json"))
     if not config.diagnostic:
+        record_cycle(config.run_dir, config.cycle, "eval", cycle_scalars(result))
         RunDir(config.run_dir).mark_done(config.cycle, "eval", result.model_dump(mode="json"))
     return result
 
@@ -178,6 +180,19 @@ def _pass_at_k(k_rows: Sequence[EvalRow], samples: int) -> dict[str, float]:
     ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64) if k <= samples} | {samples})
     return {f"pass@{k}": round(mean_se([pass_at_k(len(v), sum(v), k) for v in by_task.values()])[0], 6)
             for k in ks}
+
+
+def cycle_scalars(result: EvalResult) -> dict[str, float]:
+    """The cycle's point on the run's TensorBoard curve: pass@1, its SE, the paired gains, and for each
+    task family the share of its requests the router sent to that family's own specialist."""
+    tag = f"eval/{result.bench}"
+    out = {f"{tag}/pass@1": result.pass_at_1, f"{tag}/se": result.se}
+    for name, p in (("vs_previous", result.vs_previous), ("vs_cycle0", result.vs_cycle0)):
+        if p is not None:
+            out[f"{tag}/{name}"] = p.diff
+    for family, shares in result.routing.items():
+        out[f"{tag}/routing/{family}"] = shares.get(family, 0.0)
+    return out
 
 
 def _result(config: EvalConfig, services: EvalServices, key: str, tasks: Sequence[Task], rows: list[EvalRow],

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger
 from mindforge.eval.config import EvalConfig
 from mindforge.flows import artifacts
 from mindforge.run_services import RunServices, run_services_for
+from mindforge.tracking import cycle_log_dir
 
 
 def summary_markdown(result: dict[str, Any]) -> str:
@@ -45,6 +46,9 @@ def publish(result: dict[str, Any]) -> None:
                           key=artifacts.key(c, "efficacy-chart"),
                           description=f"pass@1 on {result['bench']} by cycle (±1 SE)")
     artifacts.markdown(c, "eval-summary", summary_markdown(result), f"Eval after cycle {c}")
+    board = cycle_log_dir(result["run_dir"], "eval").parent.resolve()
+    artifacts.link(c, "tensorboard", board.as_uri(),
+                   f"TensorBoard of the run, a step a cycle: eval and routing (tensorboard --logdir {board})")
 
 
 @flow(name="eval", log_prints=True, persist_result=True)

@@ -67,6 +67,15 @@ class RouterReport(BaseModel):
     losses: tuple[float, ...] = ()
     seconds: float = 0.0
 
+    def scalars(self) -> dict[str, float]:
+        """The cycle's routing accuracy (macro and per family) before the phase and, when it trained, after."""
+        out = {"routing/accuracy_before": self.accuracy_before,
+               **{f"routing/before/{f}": v for f, v in self.before.items()}}
+        if self.accuracy_after is not None:
+            out["routing/accuracy_after"] = self.accuracy_after
+        out.update({f"routing/after/{f}": v for f, v in (self.after or {}).items()})
+        return out
+
 
 def family_split(tasks: Sequence[Task], config: RouterTraining, seed: int) -> tuple[list[Task], list[Task]]:
     """(train, held-out), per family by a hash of the id: stable across reruns and file order."""

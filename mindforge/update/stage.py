@@ -66,6 +66,7 @@ from mindforge.rollouts import (
 from mindforge.store import RunDir, atomic_write_json
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Route, Task, Trajectory
+from mindforge.tracking import Tracker, TrackerKind, open_tracker, record_cycle
 from mindforge.update import rft as rejection
 from mindforge.update import router_training
 from mindforge.update.checkpoints import (
@@ -81,7 +82,6 @@ from mindforge.update.inputs import archive_tasks, cycle_tasks, learnable, split
 from mindforge.update.policy import PARENT_ADAPTER, TRAIN_ADAPTER
 from mindforge.update.rft import RejectionSampling, RFTReport
 from mindforge.update.router_training import RouterReport, RouterTraining
-from mindforge.update.tracking import Tracker, TrackerKind, open_tracker
 
 
 class UpdateConfig(BaseModel):
@@ -266,6 +266,8 @@ class _Run:
             report = self._route_training(cfg)
             if report.before:  # measured (and maybe trained): a rerun reuses it
                 atomic_write_json(marker, report.model_dump(mode="json"))
+        if report.before:
+            record_cycle(self.cfg.run_dir, self.cfg.cycle, "routing", report.scalars())
         if report.promoted and report.hcp_path:
             self.doc = json.loads(Path(report.hcp_path).read_text(encoding="utf-8"))
             self.hcp_version = hcp_hash(self.doc)

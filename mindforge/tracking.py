@@ -1,4 +1,4 @@
-"""Experiment tracking of an Update: scalars by step to TensorBoard, and to MLflow or W&B when asked.
+"""Experiment tracking: scalars by step to TensorBoard, and to MLflow or W&B when asked.
 
 ``open_tracker(kinds, log_dir, run_name, purge_step)`` returns one ``Tracker``
 that fans out to each kind named. TensorBoard is the default and needs no
@@ -12,6 +12,12 @@ installed is an error at start, not a silent skip.
 A resumed Update opens TensorBoard with ``purge_step`` = the checkpoint's
 step: events a killed attempt wrote for steps at or after it are discarded by
 TensorBoard's readers, so every step shows once, with the resumed values.
+
+Per cycle, ``record_cycle`` puts a run's curve beside the steps: the eval's
+pass@1 and routing (``RUN_DIR/tensorboard/eval``) and the router's accuracy
+(``RUN_DIR/tensorboard/routing``), the step being the cycle. Each writer has a
+folder of its own, because a rerun of a cycle purges that cycle's step in the
+folder it opens.
 """
 
 from __future__ import annotations
@@ -112,3 +118,19 @@ def open_tracker(kinds: Sequence[TrackerKind], log_dir: Path, run_name: str,
         raise TrackingError(f"tracking with {exc.name} was asked for but it is not installed "
                             f"(pip install {exc.name})") from exc
     return Trackers(out)
+
+
+def cycle_log_dir(run_dir: Path, source: str) -> Path:
+    """Where ``source`` (``eval``, ``routing``) writes its per-cycle scalars: one TensorBoard run each."""
+    return Path(run_dir) / "tensorboard" / source
+
+
+def record_cycle(run_dir: Path, cycle: int, source: str, scalars: Mapping[str, float]) -> Path:
+    """TensorBoard scalars of one cycle at step ``cycle``; a rerun of the cycle replaces its values."""
+    folder = cycle_log_dir(run_dir, source)
+    tracker = TensorBoardTracker(folder, purge_step=cycle)
+    try:
+        tracker.log(cycle, scalars)
+    finally:
+        tracker.close()
+    return folder
