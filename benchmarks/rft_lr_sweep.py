@@ -1,9 +1,11 @@
 """Learning-rate sweep of the rejection-sampling phase on a run's own verified answers.
 
-    python benchmarks/rft_lr_sweep.py RUN_DIR [--cycle 1] [--lrs 3e-5,1e-4,3e-4,1e-3] [--epochs 2]
+    python benchmarks/rft_lr_sweep.py RUN_DIR [--cycles 1,2,3] [--lrs 3e-5,1e-4,3e-4,1e-3] [--epochs 2]
 
-Reads the attempts cycle N's Update made (``cycles/N/update/trajectories/
-rft-attempts.parquet``), keeps the passes as the phase does, and splits them
+Reads the attempts the Updates of the given cycles made (``cycles/N/update/
+trajectories/rft-attempts.parquet``; several cycles pool their verified
+answers, a task's attempts from every cycle counted together), keeps the
+passes as the phase does, and splits them
 by task (hashed ids: a quarter of the tasks held out). For each learning
 rate it fine-tunes the route's starting adapter from the run's catalog with
 the phase's own ``supervised_fit`` and reports the mean per-token NLL of the
@@ -57,7 +59,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--cycle", type=int, default=1)
+    ap.add_argument("--cycles", default="1", help="comma-separated cycles whose attempts are pooled")
     ap.add_argument("--route", default="L2")
     ap.add_argument("--lrs", default="3e-5,1e-4,3e-4,1e-3")
     ap.add_argument("--epochs", type=int, default=2)
@@ -65,10 +67,14 @@ def main() -> int:
     ap.add_argument("--max-per-task", type=int, default=2)
     args = ap.parse_args()
 
-    path = args.run_dir / "cycles" / str(args.cycle) / "update" / "trajectories" / "rft-attempts.parquet"
-    if not path.is_file():
-        raise SystemExit(f"{path}: no rejection-sampling attempts (run an Update with rft enabled first)")
-    attempts = read_parquet(path, Trajectory)
+    attempts: list[Trajectory] = []
+    paths = [args.run_dir / "cycles" / c.strip() / "update" / "trajectories" / "rft-attempts.parquet"
+             for c in args.cycles.split(",")]
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no rejection-sampling attempts (run an Update with rft enabled first)")
+        attempts += read_parquet(path, Trajectory)
+    path = ", ".join(map(str, paths))
     by_task: dict[str, list[Trajectory]] = {}
     for t in attempts:
         by_task.setdefault(t.task_id, []).append(t)
