@@ -13,11 +13,13 @@ A resumed Update opens TensorBoard with ``purge_step`` = the checkpoint's
 step: events a killed attempt wrote for steps at or after it are discarded by
 TensorBoard's readers, so every step shows once, with the resumed values.
 
-Per cycle, ``record_cycle`` puts a run's curve beside the steps: the eval's
-pass@1 and routing (``RUN_DIR/tensorboard/eval``) and the router's accuracy
-(``RUN_DIR/tensorboard/routing``), the step being the cycle. Each writer has a
-folder of its own, because a rerun of a cycle purges that cycle's step in the
-folder it opens.
+Per cycle, ``write_cycle_curve`` puts a run's curve beside the steps: the
+eval's pass@1 and routing (``RUN_DIR/tensorboard/eval``) and the router's
+accuracy (``RUN_DIR/tensorboard/routing``), the step being the cycle. That
+curve is a projection of what the run stored (each cycle's eval result, each
+Update's ``router.json``), written again whole each time a cycle adds or
+replaces a point: TensorBoard's ``purge_step`` discards every later step too,
+so a rerun of cycle 0 would erase cycles 1 to N.
 """
 
 from __future__ import annotations
@@ -121,16 +123,29 @@ def open_tracker(kinds: Sequence[TrackerKind], log_dir: Path, run_name: str,
 
 
 def cycle_log_dir(run_dir: Path, source: str) -> Path:
-    """Where ``source`` (``eval``, ``routing``) writes its per-cycle scalars: one TensorBoard run each."""
+    """Where ``source`` (``eval``, ``routing``) keeps its per-cycle curve: one TensorBoard run each."""
     return Path(run_dir) / "tensorboard" / source
 
 
-def record_cycle(run_dir: Path, cycle: int, source: str, scalars: Mapping[str, float]) -> Path:
-    """TensorBoard scalars of one cycle at step ``cycle``; a rerun of the cycle replaces its values."""
+def write_cycle_curve(run_dir: Path, source: str, points: Mapping[int, Mapping[str, float]]) -> Path:
+    """The whole per-cycle curve of ``source`` (cycle -> scalars), replacing the one written before."""
+    import shutil
+    import tempfile
+
     folder = cycle_log_dir(run_dir, source)
-    tracker = TensorBoardTracker(folder, purge_step=cycle)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{source}-", dir=folder.parent))
+    tracker = TensorBoardTracker(fresh)
     try:
-        tracker.log(cycle, scalars)
+        for cycle in sorted(points):
+            tracker.log(cycle, points[cycle])
     finally:
         tracker.close()
+    # Readers see the old curve or the new one: the old folder moves aside before the new one takes its name.
+    old = folder.with_name(f".{source}-old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    fresh.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
     return folder

@@ -99,6 +99,12 @@ def test_each_cycle_is_a_point_on_the_runs_tensorboard_curve(tmp_path: Path) -> 
     assert pass1 == [(0, round(1 / 6, 4)), (1, round(2 / 6, 4))]
     assert [(e.step, round(e.value, 4)) for e in events.Scalars("eval/mbpp/vs_cycle0")] == [(1, round(1 / 6, 4))]
     assert [(e.step, e.value) for e in events.Scalars("eval/mbpp/routing/L2")] == [(0, 0.0), (1, 1.0)]
+    # A rerun of the baseline (a new eval of cycle 0) keeps the later cycles on the curve.
+    (tmp_path / "cycles" / "0" / "eval" / "DONE.json").unlink()
+    run_eval(EvalConfig(run_dir=tmp_path, cycle=0, chunk=4), _services(StandInSolver(passing={TASKS[0].id})))
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "eval"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/mbpp/pass@1")] == [0, 1]
 
 
 def test_an_eval_is_stored_reused_and_never_scored_twice(tmp_path: Path) -> None:

@@ -35,13 +35,13 @@ from pathlib import Path
 from mindforge.errors import MindForgeError
 from mindforge.eval.config import EvalConfig
 from mindforge.eval.records import EvalResult, EvalRow
-from mindforge.eval.report import routing_shares, scores_of, stored_eval
+from mindforge.eval.report import efficacy, routing_shares, scores_of, stored_eval
 from mindforge.eval.stats import mean_se, paired, pass_at_k
 from mindforge.hcp import HCP, hcp_hash, parse_hcp
 from mindforge.rollouts import HarnessSolver
 from mindforge.store import RunDir, atomic_write_json, read_parquet, write_parquet
 from mindforge.tasks.models import Task, Trajectory, VerdictStatus
-from mindforge.tracking import record_cycle
+from mindforge.tracking import write_cycle_curve
 
 
 class EvalError(MindForgeError):
@@ -168,8 +168,11 @@ def run_eval(config: EvalConfig, services: EvalServices) -> EvalResult:
                      reused)
     atomic_write_json(folder / "result.json", result.model_dump(mode="json"))
     if not config.diagnostic:
-        record_cycle(config.run_dir, config.cycle, "eval", cycle_scalars(result))
         RunDir(config.run_dir).mark_done(config.cycle, "eval", result.model_dump(mode="json"))
+        points: dict[int, dict[str, float]] = {}
+        for r in efficacy(config.run_dir):  # every benchmark's tags, a point a cycle
+            points.setdefault(r.cycle, {}).update(cycle_scalars(r))
+        write_cycle_curve(config.run_dir, "eval", points)
     return result
 
 

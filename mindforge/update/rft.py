@@ -39,7 +39,9 @@ class RejectionSampling(BaseModel):
     max_per_task: int = Field(default=2, ge=1)  # distinct passing answers kept a task
     epochs: int = Field(default=2, ge=1)
     batch_size: int = Field(default=8, ge=1)  # samples an optimizer step
-    lr: float = Field(default=1e-4, gt=0)
+    # Measured (benchmarks/rft_lr_sweep.py on the efficacy run's verified answers, 4 steps): held-out NLL
+    # 0.438 -> 0.434 / 0.424 / 0.406 / 0.432 / 0.513 at 3e-5 / 1e-4 / 3e-4 / 1e-3 / 3e-3.
+    lr: float = Field(default=3e-4, gt=0)
 
 
 class RFTReport(BaseModel):

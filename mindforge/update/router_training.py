@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mindforge.rollouts import RewardStats
+from mindforge.store import RunDir
 from mindforge.tasks.models import Task
 from mindforge.update.samples import Sample, label_sample
 
@@ -75,6 +77,17 @@ class RouterReport(BaseModel):
             out["routing/accuracy_after"] = self.accuracy_after
         out.update({f"routing/after/{f}": v for f, v in (self.after or {}).items()})
         return out
+
+
+def stored_curve(run_dir: Path) -> dict[int, dict[str, float]]:
+    """Cycle -> the routing scalars its Update measured (``cycles/N/update/router.json``)."""
+    run = RunDir(run_dir)
+    out = {}
+    for cycle in run.cycles():
+        marker = run.stage(cycle, "update") / "router.json"
+        if marker.is_file():
+            out[cycle] = RouterReport.model_validate_json(marker.read_text(encoding="utf-8")).scalars()
+    return out
 
 
 def family_split(tasks: Sequence[Task], config: RouterTraining, seed: int) -> tuple[list[Task], list[Task]]:

@@ -66,7 +66,7 @@ from mindforge.rollouts import (
 from mindforge.store import RunDir, atomic_write_json
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Route, Task, Trajectory
-from mindforge.tracking import Tracker, TrackerKind, open_tracker, record_cycle
+from mindforge.tracking import Tracker, TrackerKind, open_tracker, write_cycle_curve
 from mindforge.update import rft as rejection
 from mindforge.update import router_training
 from mindforge.update.checkpoints import (
@@ -267,7 +267,7 @@ class _Run:
             if report.before:  # measured (and maybe trained): a rerun reuses it
                 atomic_write_json(marker, report.model_dump(mode="json"))
         if report.before:
-            record_cycle(self.cfg.run_dir, self.cfg.cycle, "routing", report.scalars())
+            write_cycle_curve(self.cfg.run_dir, "routing", router_training.stored_curve(self.cfg.run_dir))
         if report.promoted and report.hcp_path:
             self.doc = json.loads(Path(report.hcp_path).read_text(encoding="utf-8"))
             self.hcp_version = hcp_hash(self.doc)
