@@ -89,6 +89,41 @@ def test_a_step_without_passes_is_reported_not_hidden(tmp_path: Path, base_path:
     assert "no attempt passed" in result.rft.reason
 
 
+@pytest.mark.parametrize("reuse", [True, False])
+def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path: Path, base_path: Path,
+                                                                       reuse: bool) -> None:
+    """Every attempt of the phase fails; Discovery's stored passes on L2 still train, held-out tasks' never."""
+    from mindforge.paths import seed_tasks_dir
+    from mindforge.rollouts import persist
+    from mindforge.tasks.io import load_tasks
+    from mindforge.tasks.models import Hop
+
+    catalog, engine = _catalog(tmp_path, base_path, ("L2",))
+    svc = services(catalog, engine, base_path, read_json(default_hcp_path()), grpo_trainer)
+    svc.verifier.verify_many = lambda jobs: [_verdict(task, False) for task, _ in jobs]
+    seeds = [t for t in load_tasks(seed_tasks_dir()) if t.family == "L2"]
+
+    def attempt(task, route: str, ok: bool, sample: int) -> Trajectory:
+        hop = Hop(kind="answer", route=route, adapter=f"mf-{route}-v0000", prompt_ids=tuple(prompt_ids(task)),
+                  completion_ids=(5, 6, 7 + sample), logprobs=(-1.0, -1.0, -1.0), finish_reason="stop", duration_s=0.1)
+        return Trajectory(task_id=task.id, hcp_version="h", route=route, sample=sample, hops=(hop,),
+                          answer=f"answer {sample}", verdict=_verdict(task, ok), reward=float(ok))
+
+    # Per task: a pass on L2, a pass the router sent to L0 (no L2 tokens to learn), a fail.
+    persist([[attempt(t, "L2", True, 0), attempt(t, "L0", True, 1), attempt(t, "L2", False, 2)] for t in seeds],
+            tmp_path / "cycles/1/discovery/trajectories", "attempts")
+    config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=0, group_size=2, validation_tasks=3, validation_samples=1,
+                          probe_prompts=1, validate_after=False, router={"enabled": False},
+                          rft={"attempts": 1, "max_tasks": 2, "epochs": 1, "batch_size": 64,
+                               "reuse_discovery": reuse})
+    rft = run_update(config, svc).rft
+    assert rft.passes == 0  # the phase's own attempts all failed
+    if reuse:  # Discovery's L2 passes on every training task joined; the 3 held-out tasks' did not
+        assert rft.discovery_passes == rft.kept == len(seeds) - 3 and rft.steps == 1
+    else:
+        assert rft.discovery_passes == rft.kept == rft.steps == 0 and "no attempt passed" in rft.reason
+
+
 def _verdict(task, ok: bool):
     """A whole pass or a fail (stand-in: the first completion id decides)."""
     from mindforge.tasks.models import TestOutcome, TestResult, Verdict, VerdictStatus

@@ -49,7 +49,8 @@ def _print_human(status: dict[str, Any]) -> None:
             print(line)
         if u.get("rft"):
             f = u["rft"]
-            print(f"  rejection sampling: {f['passes']}/{f['attempts']} attempts passed on {f['tasks']} tasks; "
+            reused = f", and {f['discovery_passes']} of Discovery's" if f.get("discovery_passes") else ""
+            print(f"  rejection sampling: {f['passes']}/{f['attempts']} attempts passed on {f['tasks']} tasks{reused}; "
                   f"{f['kept']} answers trained on in {f['steps']} steps")
     print(f"next cycle: {status['next_cycle']}")
     for route, names in status["adapters"].items():

@@ -15,11 +15,20 @@ teach nothing; every pass, though, is a correct program the model wrote
 
 It also tells GRPO where its signal is: tasks whose attempts both passed and
 failed (a spread) are the ones a group-relative advantage can learn from.
+
+Discovery has already made such attempts: measuring a candidate's solve rate
+runs 4 to 12 of them through the same production harness on the adapter in
+force, and the sandbox judged each. With ``reuse_discovery`` the passes of
+this cycle's Discovery on the training tasks join the phase's own (same
+dedup, same cap a task); only the route's answer hops train, so attempts the
+router sent elsewhere (before router training, L2 tasks went to L0) add
+nothing. Held-out validation tasks are never among them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +51,7 @@ class RejectionSampling(BaseModel):
     # Measured (benchmarks/rft_lr_sweep.py on the efficacy run's verified answers, 4 steps): held-out NLL
     # 0.438 -> 0.434 / 0.424 / 0.406 / 0.432 / 0.513 at 3e-5 / 1e-4 / 3e-4 / 1e-3 / 3e-3.
     lr: float = Field(default=3e-4, gt=0)
+    reuse_discovery: bool = True  # Discovery's verified solve-rate attempts on the training tasks join the passes
 
 
 class RFTReport(BaseModel):
@@ -58,6 +68,7 @@ class RFTReport(BaseModel):
     losses: tuple[float, ...]
     seconds: float
     reason: str = ""
+    discovery_passes: int = 0  # passing Discovery attempts on the training tasks that joined the phase's own
 
 
 def attempted(train: Sequence[Task], max_tasks: int | None, cycle: int) -> list[Task]:
@@ -90,6 +101,29 @@ def keep(groups: Sequence[Sequence[Trajectory]], max_per_task: int) -> list[list
                 seen.add(key)
                 mine.append(t)
         out.append(mine)
+    return out
+
+
+def discovery_passes(folder: Path, task_ids: Iterable[str], route: str) -> dict[str, list[Trajectory]]:
+    """Task id -> the passing attempts Discovery stored in ``folder`` (its ``trajectories``) for ``task_ids``
+    that ``route`` answered (the router may have sent a task elsewhere)."""
+    from mindforge.store import read_parquet
+
+    wanted = set(task_ids)
+    found: dict[str, list[Trajectory]] = {}
+    for shard in sorted(Path(folder).glob("*.parquet")) if Path(folder).is_dir() else ():
+        for t in read_parquet(shard, Trajectory):
+            if t.task_id in wanted and passed(t) and any(h.kind == "answer" and h.route == route for h in t.hops):
+                found.setdefault(t.task_id, []).append(t)
+    return found
+
+
+def with_discovery(groups: Sequence[Sequence[Trajectory]],
+                   found: dict[str, list[Trajectory]]) -> list[list[Trajectory]]:
+    """The phase's groups, each followed by Discovery's passes of its task; then the tasks only Discovery tried."""
+    out = [[*g, *found.get(g[0].task_id, [])] if g else list(g) for g in groups]
+    attempted = {g[0].task_id for g in groups if g}
+    out += [found[tid] for tid in sorted(found) if tid not in attempted]
     return out
 
 

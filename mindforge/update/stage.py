@@ -358,7 +358,9 @@ class _Run:
         groups = self._rollouts(tasks, served, cfg.attempts, 2_000_000, self.cfg.max_tokens,
                                 temperature=cfg.temperature)
         persist(groups, self.out / "trajectories", "rft-attempts")
-        kept = rejection.keep(groups, cfg.max_per_task)
+        found = (rejection.discovery_passes(self.run_dir.stage(self.cfg.cycle, "discovery") / "trajectories",
+                                            (t.id for t in train), self.route) if cfg.reuse_discovery else {})
+        kept = rejection.keep(rejection.with_discovery(groups, found), cfg.max_per_task)
         samples = rejection.samples_of(kept, self.route)
         losses: list[float] = []
         if samples:
@@ -371,10 +373,12 @@ class _Run:
             tasks=len(tasks), attempts=len(attempts), passes=passes, pass_rate=round(passes / max(len(attempts), 1), 4),
             tasks_with_pass=sum(any(rejection.passed(t) for t in g) for g in groups), kept=len(samples),
             spread_tasks=rejection.spread(groups), steps=len(losses), losses=tuple(losses),
+            discovery_passes=sum(map(len, found.values())),
             seconds=round(time.monotonic() - start, 1),
             reason="" if samples else "no attempt passed: nothing to fine-tune on (reported, not skipped silently)")
-        self.svc.log(f"rft: {passes}/{len(attempts)} attempts passed on {report.tasks_with_pass}/{len(tasks)} tasks; "
-                     f"{len(samples)} answers kept, {len(losses)} steps; {len(report.spread_tasks)} tasks with a spread")
+        self.svc.log(f"rft: {passes}/{len(attempts)} attempts passed on {report.tasks_with_pass}/{len(tasks)} tasks, "
+                     f"and {report.discovery_passes} of Discovery's on {len(found)} tasks; {len(samples)} answers kept, "
+                     f"{len(losses)} steps; {len(report.spread_tasks)} tasks with a spread")
         tracker.log(0, {"rft/pass_rate": report.pass_rate, "rft/kept": float(report.kept),
                         **({"rft/nll_first": losses[0], "rft/nll_last": losses[-1]} if losses else {})})
         save_checkpoint(self.checkpoints, 0, policy, trainer, {
