@@ -83,6 +83,19 @@ def _vs(p: Paired | None) -> str:
     return f"{p.diff:+.3f} ± {p.paired_se:.3f} (+{p.gained}/-{p.lost}, McNemar p={p.mcnemar_p:.3g})"
 
 
+def cycle_scalars(result: EvalResult) -> dict[str, float]:
+    """The cycle's point on the run's TensorBoard curve: pass@1, its SE, the paired gains, and for each
+    task family the share of its requests the router sent to that family's own specialist."""
+    tag = f"eval/{result.bench}"
+    out = {f"{tag}/pass@1": result.pass_at_1, f"{tag}/se": result.se}
+    for name, p in (("vs_previous", result.vs_previous), ("vs_cycle0", result.vs_cycle0)):
+        if p is not None:
+            out[f"{tag}/{name}"] = p.diff
+    for family, shares in result.routing.items():
+        out[f"{tag}/routing/{family}"] = shares.get(family, 0.0)
+    return out
+
+
 def efficacy_rows(results: Sequence[EvalResult]) -> list[dict[str, object]]:
     """One row a cycle: the efficacy table of the artifacts and of ``mindforge status``."""
     return [{"cycle": r.cycle, "bench": r.bench + (f" ({r.subset})" if r.subset else ""), "n": r.n,

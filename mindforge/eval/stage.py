@@ -35,7 +35,7 @@ from pathlib import Path
 from mindforge.errors import MindForgeError
 from mindforge.eval.config import EvalConfig
 from mindforge.eval.records import EvalResult, EvalRow
-from mindforge.eval.report import efficacy, routing_shares, scores_of, stored_eval
+from mindforge.eval.report import cycle_scalars, efficacy, routing_shares, scores_of, stored_eval
 from mindforge.eval.stats import mean_se, paired, pass_at_k
 from mindforge.hcp import HCP, hcp_hash, parse_hcp
 from mindforge.rollouts import HarnessSolver
@@ -127,12 +127,13 @@ def _scored(folder: Path, tasks: Sequence[Task], config: EvalConfig, hcp: HCP, m
     rows: list[EvalRow] = []
     reused = True
     chunks = [tasks[i:i + config.chunk] for i in range(0, len(tasks), config.chunk)]
-    answers = [0]
+    answers = 0
 
     def answered(count: int = 1) -> None:
-        answers[0] += count
+        nonlocal answers
+        answers += count
         if services.progress is not None:
-            services.progress(answers[0], len(tasks) * samples)
+            services.progress(answers, len(tasks) * samples)
 
     for i, chunk in enumerate(chunks):
         shard = folder / f"{mode}-{i:04d}.parquet"
@@ -183,19 +184,6 @@ def _pass_at_k(k_rows: Sequence[EvalRow], samples: int) -> dict[str, float]:
     ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64) if k <= samples} | {samples})
     return {f"pass@{k}": round(mean_se([pass_at_k(len(v), sum(v), k) for v in by_task.values()])[0], 6)
             for k in ks}
-
-
-def cycle_scalars(result: EvalResult) -> dict[str, float]:
-    """The cycle's point on the run's TensorBoard curve: pass@1, its SE, the paired gains, and for each
-    task family the share of its requests the router sent to that family's own specialist."""
-    tag = f"eval/{result.bench}"
-    out = {f"{tag}/pass@1": result.pass_at_1, f"{tag}/se": result.se}
-    for name, p in (("vs_previous", result.vs_previous), ("vs_cycle0", result.vs_cycle0)):
-        if p is not None:
-            out[f"{tag}/{name}"] = p.diff
-    for family, shares in result.routing.items():
-        out[f"{tag}/routing/{family}"] = shares.get(family, 0.0)
-    return out
 
 
 def _result(config: EvalConfig, services: EvalServices, key: str, tasks: Sequence[Task], rows: list[EvalRow],
