@@ -15,8 +15,10 @@ What it guarantees on entry:
   B = 0, so it computes exactly the base model);
 - an engine answers at ``engine_url`` and serves those adapters: a healthy
   configured one (``settings.engine_url``, else the one ``mindforge up``
-  started) gets the missing ones loaded; otherwise the embedded engine is
-  started on the run's model and stopped on exit.
+  started, when it is the backend the settings name) gets the missing ones
+  loaded; otherwise the engine of ``settings.engine_backend`` (the embedded
+  one, or vLLM from ``.venv-vllm``) is started on the run's model and
+  stopped on exit.
 
 The HCP in force at any point of the run is ``RunDir.hcp_in_force``; the
 sandbox settings of a stage come from that HCP's guarded section
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from mindforge.catalog import AdapterCatalog, copy_adapter
+from mindforge.catalog import WEIGHTS_FILE, AdapterCatalog, copy_adapter, file_sha256
 from mindforge.engine.admin import EngineAdmin
 from mindforge.errors import MindForgeError
 from mindforge.hcp import HCP, load_hcp
@@ -136,23 +138,59 @@ def served_adapters(catalog: AdapterCatalog, doc: dict[str, Any]) -> dict[str, P
 
 
 def load_missing(admin: EngineAdmin, adapters: dict[str, Path], log: Callable[[str], None]) -> None:
-    """Load into the engine the adapters of ``adapters`` it does not serve yet."""
+    """Load into the engine the adapters of ``adapters`` it does not serve yet.
+
+    A name it already serves from other weights (two runs sharing one engine, each with its own
+    ``mf-L2-v0001``) is an error: the engine would answer this run with the other run's adapter.
+    """
     try:
-        loaded = set(admin.loaded())
+        served = admin.served()
         for name, path in adapters.items():
-            if name not in loaded:
+            if name not in served:
                 log(f"loading {name} into the engine")
                 admin.load(name, path)
+            elif not same_weights(Path(served[name]), path):
+                raise ServicesError(
+                    f"the engine at {admin.base_url} serves {name} from {served[name]}, whose weights differ from "
+                    f"this run's {path}: runs that share an engine must not reuse adapter names (a name is "
+                    "loaded once and never reloaded); give this run its own engine (unset MINDFORGE_ENGINE_URL, "
+                    "or `mindforge down --only engine`)")
     finally:
         admin.close()
 
 
+def same_weights(served_from: Path, ours: Path) -> bool:
+    """Whether the engine's folder holds our weights; True when it cannot be read from here (a remote engine)."""
+    theirs, mine = served_from / WEIGHTS_FILE, ours / WEIGHTS_FILE
+    if served_from.resolve() == ours.resolve() or not theirs.is_file():
+        return True
+    return file_sha256(theirs) == file_sha256(mine)
+
+
 def running_engine(settings: Settings) -> str | None:
-    """The URL of an engine that answers now, if any (configured first, then ``mindforge up``'s)."""
-    for url in filter(None, (settings.engine_url, settings.local_engine_url)):
-        if healthy(url.rstrip("/") + "/health"):
-            return url.rstrip("/")
-    return None
+    """The URL of an engine that answers now, if any (configured first, then ``mindforge up``'s).
+
+    A configured ``engine_url`` is used whatever serves it (vLLM or SGLang on GPUs). The local
+    engine ``mindforge up`` started is reused only when it is the backend the settings name: a
+    run asked to go through vLLM must not quietly run on the embedded engine, nor the reverse.
+    """
+    if settings.engine_url and healthy(settings.engine_url.rstrip("/") + "/health"):
+        return settings.engine_url.rstrip("/")
+    url = settings.local_engine_url
+    if not healthy(url + "/health"):
+        return None
+    if settings.engine_backend is not None:
+        admin = EngineAdmin(url, api_key=settings.api_key, timeout_s=30.0)
+        try:
+            kind = admin.kind()
+        finally:
+            admin.close()
+        if kind != settings.engine_backend:
+            raise ServicesError(
+                f"this run asks for the {settings.engine_backend} engine, but the {kind} engine answers at {url} "
+                f"(`mindforge up` started it); stop it with `mindforge down --only engine`, or start the "
+                f"one asked for with `mindforge up --only engine --engine {settings.engine_backend}`")
+    return url
 
 
 def prepare_catalog(settings: Settings, root: Path, doc: dict[str, Any],
@@ -203,10 +241,11 @@ def _open(settings: Settings, run_dir: Path, cycle: int, stage: str, *, hcp: Pat
         return
     from mindforge.engine import EngineProcess
 
-    log(f"starting the embedded engine on {settings.model}")
-    with EngineProcess(model_path, adapters, port=0, settings=settings,
+    backend = settings.engine_backend or "embedded"
+    log(f"starting the {backend} engine on {settings.model}")
+    with EngineProcess(model_path, adapters, port=0, settings=settings, backend=backend,
                        log_path=Path(run_dir) / "engine.log") as proc:
-        log(f"embedded engine up at {proc.url}")
+        log(f"{backend} engine up at {proc.url}")
         yield services.model_copy(update={"engine_url": proc.url})
 
 

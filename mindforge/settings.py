@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+EngineBackend = Literal["embedded", "vllm"]
+ENGINE_BACKENDS: tuple[str, ...] = ("embedded", "vllm")
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> Path:
@@ -28,7 +32,10 @@ class Settings(BaseModel):
     docker_host: str | None = None  # None: the docker SDK's own default (DOCKER_HOST or the socket)
     sandbox_pool_size: int = 2
     # serving
-    engine_url: str | None = None  # an engine already running; None: start the embedded one
+    engine_url: str | None = None  # an engine already running; None: start one (engine_backend)
+    # The engine a run starts when none runs: this package's (embedded) or vLLM (.venv-vllm). None: the
+    # embedded one, and a running local engine of either kind is reused; named, only that kind is.
+    engine_backend: EngineBackend | None = None
     api_key: str | None = None
     model: str = "smollm2-135m-instruct"
     vllm_python: Path | None = None  # the python of a vLLM environment; None: a source checkout's .venv-vllm
@@ -37,6 +44,10 @@ class Settings(BaseModel):
     prefect_port: int = 4200
     engine_port: int = 8400
     proxy_port: int = 8401
+
+    def with_engine(self, backend: str | None) -> Settings:
+        """These settings with ``engine_backend`` set (None keeps them as they are)."""
+        return self if backend is None else Settings.model_validate({**self.model_dump(), "engine_backend": backend})
 
     @property
     def models_dir(self) -> Path:

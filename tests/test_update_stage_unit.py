@@ -122,6 +122,18 @@ def test_a_failed_load_keeps_the_old_mapping(setup) -> None:
     assert not result.promoted and result.reason.startswith("load failed") and result.served == "mf-L2-v0000"
 
 
+def test_a_name_the_engine_already_serves_is_refused_and_left_alone(setup) -> None:
+    """Another run sharing the engine loaded its own mf-L2-v0001: ours is not reloaded over it, nor is it unloaded."""
+    impl = setup.impl
+    setup.engine.load(setup.trained.name, setup.catalog.find("mf-L2-v0000").path)  # same name, other weights
+    calls = len(impl.calls)
+    result = _go(setup)
+    assert not result.promoted and result.served == "mf-L2-v0000" and result.hcp_path is None
+    assert "already serves an adapter named mf-L2-v0001" in result.reason
+    assert impl.loaded == ["mf-L2-v0000", "mf-L2-v0001"]  # nothing unloaded
+    assert "/v1/load_lora_adapter" not in impl.calls[calls:] and "/v1/unload_lora_adapter" not in impl.calls[calls:]
+
+
 def test_stage_trains_on_policy_hands_off_and_records(tmp_path: Path, base_path: Path) -> None:
     import torch
     from peft import LoraConfig, get_peft_model

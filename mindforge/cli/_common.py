@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -45,3 +45,18 @@ def choices(*allowed: str) -> dict[str, Any]:
         return value
 
     return {"metavar": "<" + "|".join(allowed) + ">", "callback": check}
+
+
+# The engine a command starts when none runs; the same choice as a cycle's `engine` parameter.
+EngineOption = Annotated[str | None, typer.Option(
+    "--engine", help="Engine to start when none runs: embedded, or vllm (from .venv-vllm: make setup VLLM=1); "
+                     "a running local engine is reused only when it is this kind.",
+    show_default="MINDFORGE_ENGINE_BACKEND, else embedded (reusing whichever local engine runs)",
+    **choices("embedded", "vllm"))]
+
+
+def settings_with_engine(engine: str | None) -> Any:
+    """The settings every command reads, with ``--engine`` applied."""
+    from mindforge.settings import load_settings
+
+    return load_settings().with_engine(engine)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mindforge.cli._common import choices, user_errors
+from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 
 
 def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -32,7 +32,7 @@ def parse_sets(items: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def build_config(run_dir: Path, params: Path | None, cycles: int | None, first_cycle: int | None,
-                 stages: list[str] | None, sets: list[str]) -> Any:
+                 stages: list[str] | None, sets: list[str], engine: str | None = None) -> Any:
     from mindforge.cycle import load_cycle_config
     from mindforge.errors import InputError
 
@@ -45,7 +45,7 @@ def build_config(run_dir: Path, params: Path | None, cycles: int | None, first_c
         if not isinstance(data, dict):
             raise InputError(str(params), "", "expected a JSON object of cycle parameters")
     data["run_dir"] = str(run_dir)
-    for key, value in (("cycles", cycles), ("first_cycle", first_cycle)):
+    for key, value in (("cycles", cycles), ("first_cycle", first_cycle), ("engine", engine)):
         if value is not None:
             data[key] = value
     if stages:
@@ -63,7 +63,6 @@ def _run_library(config: Any, as_json: bool) -> list[Any]:
     from mindforge.cycle.config import validate_stage_configs
     from mindforge.cycle.runtime import library_runners
     from mindforge.run_services import open_run_services
-    from mindforge.settings import load_settings
 
     console = Console(stderr=True)
     first = config.first_cycle or next_cycle(config.run_dir)
@@ -82,7 +81,7 @@ def _run_library(config: Any, as_json: bool) -> list[Any]:
         def progress(done: int, total: int, row: Any = None) -> None:
             bar.update(steps, completed=done, total=total, visible=True)
 
-        with open_run_services(load_settings(), config.run_dir, first, log=log) as run:
+        with open_run_services(settings_with_engine(config.engine), config.run_dir, first, log=log) as run:
             runners = library_runners(run, log, progress)
 
             def counted(name: str) -> Any:
@@ -133,14 +132,16 @@ def cycle(
     prefect: Annotated[bool, typer.Option(
         "--prefect", help="Run as the rsi-cycle Prefect flow (artifacts in the UI of PREFECT_API_URL).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line: the cycles' facts.")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Run RSI cycles: Discovery, Expansion and Update in order, resuming at the stage that failed.
 
     Each cycle starts from the HCP, adapters and task archive the previous one left in the run directory.
-    A healthy engine is reused (MINDFORGE_ENGINE_URL, or the one `mindforge up` started); otherwise the
-    embedded engine is started for the run and stopped at the end.
+    A healthy engine is reused (MINDFORGE_ENGINE_URL, or the one `mindforge up` started when it is the
+    kind --engine names); otherwise the engine --engine names (embedded by default, or vLLM) is started
+    for the run and stopped at the end.
     """
-    config = build_config(run_dir, params, cycles, first_cycle, stage, set_ or [])
+    config = build_config(run_dir, params, cycles, first_cycle, stage, set_ or [], engine)
     if prefect:
         from mindforge.flows.rsi_cycle import rsi_cycle
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import choices, user_errors
+from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 
 
 def _print_human(result) -> None:
@@ -43,6 +43,7 @@ def discover(
     no_difficulty: Annotated[bool, typer.Option("--no-difficulty", help="Keep verified tasks without solving")] = False,
     seed: Annotated[int, typer.Option(help="Proposal and sampling seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary line on stdout")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Propose new tasks, verify them in the sandbox, keep the novel ones the current model can learn from."""
     from pydantic import ValidationError
@@ -53,7 +54,6 @@ def discover(
     from mindforge.discovery.stage import run_discovery
     from mindforge.errors import InputError, pydantic_problems
     from mindforge.run_services import open_run_services
-    from mindforge.settings import load_settings
 
     extra = {"proposers": tuple(proposer)} if proposer else {}
     try:
@@ -76,7 +76,7 @@ def discover(
     result = finished_result(config)
     with stage_bar("discover", "candidates", enabled=not as_json and result is None) as bar:
         if result is None:
-            with open_run_services(load_settings(), run_dir, cycle, "discovery", hcp=config.hcp,
+            with open_run_services(settings_with_engine(engine), run_dir, cycle, "discovery", hcp=config.hcp,
                                    engine=needs_engine(config), log=bar.log) as run, \
                     open_services(run, config, log=bar.log, progress=bar.update) as services:
                 result = run_discovery(config, services)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import choices, user_errors
+from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 from mindforge.hcp import ROUTES
 
 bench_app = typer.Typer(help="Sealed benchmarks: evaluated every cycle, never trained or selected on.",
@@ -37,6 +37,7 @@ def eval_(
         "--adapters-from", help="Diagnostic: serve the adapter versions this HCP file names with the scored "
                                 "HCP's prompts and settings (Expansion-alone / Update-alone ablations).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON object: the eval.")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Score a sealed benchmark through the production harness with the HCP and adapters a cycle left in force.
 
@@ -48,7 +49,6 @@ def eval_(
     from mindforge.eval import EvalConfig, run_eval
     from mindforge.eval.runtime import open_services
     from mindforge.run_services import open_run_services
-    from mindforge.settings import load_settings
 
     config = EvalConfig(run_dir=run_dir, cycle=cycle, bench=bench, samples=samples, max_tasks=max_tasks,
                         concurrency=concurrency, pin_route=pin_route, hcp=hcp, adapters_from=adapters_from)
@@ -56,7 +56,7 @@ def eval_(
     from mindforge.cli.progress import stage_bar
 
     with stage_bar("eval", "answers", enabled=not as_json) as bar, \
-            open_run_services(load_settings(), run_dir, cycle, "eval", log=bar.log) as run, \
+            open_run_services(settings_with_engine(engine), run_dir, cycle, "eval", log=bar.log) as run, \
             open_services(run, config, log=bar.log, progress=bar.update) as services:
         result = run_eval(config, services)
     if as_json:

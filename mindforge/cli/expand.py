@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import choices, user_errors
+from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 
 
 def _print_human(result) -> None:
@@ -68,6 +68,7 @@ def expand(
                                                       "propose only these, in order")] = None,
     no_seed_tasks: Annotated[bool, typer.Option("--no-seed-tasks", help="Fail instead of using seeds")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary line on stdout")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Solve the cycle's tasks through an HCP, audit failures, and edit the HCP while gains are real."""
     from pydantic import ValidationError
@@ -77,7 +78,6 @@ def expand(
     from mindforge.expansion.runtime import open_services
     from mindforge.expansion.stage import finished_result
     from mindforge.run_services import open_run_services
-    from mindforge.settings import load_settings
 
     extra = {"proposers": tuple(proposer)} if proposer else {}
     try:
@@ -99,7 +99,7 @@ def expand(
             scripted = [ScriptedProposer(_read_patches(patches))] if patches else None
             # The run's engine serves the adapters its HCP names (from the run's catalog);
             # started here only when no engine is up, and stopped afterwards.
-            with open_run_services(load_settings(), run_dir, cycle, "expansion", hcp=hcp, log=bar.log) as run, \
+            with open_run_services(settings_with_engine(engine), run_dir, cycle, "expansion", hcp=hcp, log=bar.log) as run, \
                     open_services(run, config, log=bar.log, proposers=scripted, progress=bar.update) as services:
                 result = run_expansion(config, services)
         else:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import choices, user_errors
+from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 
 _ONLY_HELP = "Only these services (repeatable)."
 _ONLY = choices("prefect", "engine", "proxy")
@@ -40,13 +40,17 @@ def _proxy_built() -> bool:
 def up(
     only: Annotated[list[str] | None, typer.Option("--only", help=_ONLY_HELP, **_ONLY)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the services as one JSON list.")] = False,
+    engine: EngineOption = None,
 ) -> None:
-    """Start (or reuse) the local Prefect server, the embedded engine and the proxy."""
+    """Start (or reuse) the local Prefect server, the engine (embedded or vLLM) and the proxy."""
     from mindforge.cycle import local
     from mindforge.services import ServiceManager
-    from mindforge.settings import load_settings
 
-    settings = load_settings()
+    settings = settings_with_engine(engine)
+    if settings.engine_backend == "vllm" and "engine" in _selected(only):
+        from mindforge.engine.vllm_backend import vllm_python
+
+        vllm_python(settings)  # a missing .venv-vllm is named here, not in the engine's log
     manager = ServiceManager(settings.services_dir)
     out = []
     for name in _selected(only):

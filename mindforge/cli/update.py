@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mindforge.cli._common import choices, user_errors
+from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 
 
 @user_errors()
@@ -48,6 +48,7 @@ def update(
         **choices("tensorboard", "mlflow", "wandb"))] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary object.")] = False,
+    engine: EngineOption = None,
 ) -> None:
     """Train a route's LoRA adapter with GRPO through the serving harness and hand it to the engine.
 
@@ -57,7 +58,6 @@ def update(
     """
     from mindforge.errors import InputError
     from mindforge.run_services import open_run_services
-    from mindforge.settings import load_settings
     from mindforge.update.runtime import open_services
     from mindforge.update.stage import UpdateConfig, run_update
 
@@ -85,7 +85,7 @@ def update(
             bar.update(done, total, None if row is None else
                        f"reward {row.mean_reward:.3f} loss {row.loss:.4f} kl {row.kl:.4f} tokens {row.tokens}")
 
-        with open_run_services(load_settings(), run_dir, cycle, "update", hcp=hcp, log=bar.log) as run, \
+        with open_run_services(settings_with_engine(engine), run_dir, cycle, "update", hcp=hcp, log=bar.log) as run, \
                 open_services(run, config, progress=progress, log=bar.log) as services:
             result = run_update(config, services)
     if as_json:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mindforge.errors import InputError, pydantic_problems
+from mindforge.settings import EngineBackend
 from mindforge.store import STAGES
 
 Stage = Literal["discovery", "expansion", "update", "eval"]
@@ -37,6 +38,9 @@ class CycleConfig(BaseModel):
     update: dict[str, Any] = Field(default_factory=dict, description="UpdateConfig fields")
     eval: dict[str, Any] = Field(default_factory=dict, description="EvalConfig fields (the sealed benchmark eval "
                                                                     "after every cycle, and the cycle-0 baseline)")
+    engine: EngineBackend | None = Field(
+        default=None, description="Engine started for the run when none runs: embedded or vllm "
+                                  "(None: MINDFORGE_ENGINE_BACKEND, else embedded)")
     task_runner: TaskRunnerKind = Field(default="thread", description="Prefect task runner for fan-out")
     task_runner_options: dict[str, Any] = Field(default_factory=dict, description="e.g. {'address': 'tcp://...'}")
     max_workers: int = Field(default=2, ge=1, description="Thread pool size for the local task runner")

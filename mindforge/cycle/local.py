@@ -1,4 +1,4 @@
-"""The local services ``mindforge up`` starts: Prefect server, embedded engine, proxy.
+"""The local services ``mindforge up`` starts: Prefect server, engine (embedded or vLLM), proxy.
 
 Each is a ``ServiceSpec`` for ``mindforge.services.ServiceManager`` (PID file,
 log, health URL, reuse of a healthy one). The engine serves the default
@@ -45,8 +45,12 @@ def engine_spec(settings: Settings, adapters: dict[str, Path]) -> ServiceSpec:
             "--host", settings.host, "--port", str(settings.engine_port)]
     for name, path in adapters.items():
         argv += ["--adapter", f"{name}={path}"]
+    vllm = settings.engine_backend == "vllm"
+    if vllm:
+        argv += ["--backend", "vllm"]
+    # vLLM takes minutes to start on two busy CPU cores (measured 87-117 s at load 7).
     return ServiceSpec(name="engine", argv=tuple(argv), health_url=f"{settings.local_engine_url}/health",
-                       start_timeout_s=300.0)
+                       start_timeout_s=900.0 if vllm else 300.0)
 
 
 def proxy_spec(settings: Settings, hcp: Path | None = None) -> ServiceSpec:

@@ -41,13 +41,26 @@ class EngineAdmin:
         except httpx.HTTPError as exc:
             raise EngineError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
 
-    def loaded(self) -> list[str]:
-        """Adapter names the engine serves (models that name a parent)."""
+    def served(self) -> dict[str, str]:
+        """Adapter name -> the folder the engine loaded it from (models that name a parent)."""
         try:
             data = self.http.get("/v1/models").json().get("data", [])
         except (httpx.HTTPError, ValueError) as exc:
             raise EngineError(f"{self.base_url}/v1/models: {exc}") from exc
-        return [m["id"] for m in data if m.get("parent")]
+        return {m["id"]: str(m.get("root") or "") for m in data if m.get("parent")}
+
+    def loaded(self) -> list[str]:
+        """Adapter names the engine serves."""
+        return list(self.served())
+
+    def kind(self) -> str:
+        """Which engine answers: ``embedded`` (this package's), ``vllm``, or what its models say they are."""
+        try:
+            data = self.http.get("/v1/models").json().get("data", [])
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EngineError(f"{self.base_url}/v1/models: {exc}") from exc
+        owner = str(data[0].get("owned_by", "unknown")) if data else "unknown"
+        return "embedded" if owner == "mindforge" else owner
 
     def load(self, name: str, path: Path) -> None:
         r = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})

@@ -106,7 +106,7 @@ def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
     from mindforge.settings import load_settings
 
     logger = get_run_logger()
-    settings = load_settings()
+    settings = load_settings().with_engine(params.engine)
     first = params.first_cycle or next_cycle(params.run_dir)
     params = params.model_copy(update={"first_cycle": first})
     validate_stage_configs(params, first)  # before anything slow starts

@@ -5,7 +5,8 @@ each step can stop the handoff:
 
 1. the new version is loaded under its own versioned name
    (``POST /v1/load_lora_adapter``), so no cache or slot of the old name can
-   answer for it;
+   answer for it; a name the engine already serves is refused, never
+   reloaded (the engine would keep answering with what it loaded first);
 2. a parity probe asks the engine for fixed prompts' completions with their
    logprobs (temperature 1, top-p 1: the reported distribution is the
    model's own) and compares them with the trainer's teacher-forced logprobs
@@ -208,6 +209,18 @@ def hand_off(
         return HandoffResult(promoted=False, served=old, candidate=entry.name, hcp_hash=hcp_hash(doc),
                              reason=reason, **kw)
 
+    # Versions are immutable names: an engine that already serves this name (another run sharing the
+    # engine, or a rerun after a crash) would keep answering with whatever it loaded first. Refuse, and
+    # leave that adapter alone: it is not ours to unload.
+    try:
+        already = entry.name in engine.loaded()
+    except EngineError as exc:
+        return HandoffResult(promoted=False, served=old, candidate=entry.name, hcp_hash=hcp_hash(doc),
+                             reason=f"the engine did not list its adapters: {exc}")
+    if already:
+        return HandoffResult(promoted=False, served=old, candidate=entry.name, hcp_hash=hcp_hash(doc),
+                             reason=f"the engine already serves an adapter named {entry.name}; a version name is "
+                                    "loaded once and never reloaded, so this one was not handed over")
     try:
         engine.load(entry.name, entry.path)
     except EngineError as exc:
