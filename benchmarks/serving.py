@@ -7,8 +7,10 @@
    ``--other-url`` sends the same prompts, level by level, to a second
    OpenAI-compatible engine serving the same base model (the adapters are
    loaded into it through the same ``/v1/load_lora_adapter`` contract when it
-   does not list them) and prints the embedded engine's ratio to it; a vLLM
-   backend started by the project plugs in as one more ``Target``.
+   does not list them) and prints the embedded engine's ratio to it;
+   ``--vllm`` starts vLLM's CPU build through the project's own backend
+   (``EngineProcess(backend="vllm")``, fp32, the same adapters) and compares
+   it the same way.
 1. Batched against sequential generation: the same 8 greedy requests (adapters
    L0-L3 mixed, a fixed number of tokens each) sent one after another, then
    all at once. Prints tokens/s of each and the ratio (goal: >= 3x).
@@ -22,7 +24,7 @@
    proxy's app over the same engine; the engine's own counters give its time
    and hop count. Prints the overhead and its ratio to the engine's time.
 
-    .venv/bin/python benchmarks/serving.py [--levels 1,8,32,64] [--rounds 3] [--other-url URL] [--only throughput]
+    .venv/bin/python benchmarks/serving.py [--levels 1,8,32,64] [--rounds 3] [--vllm] [--other-url URL] [--only throughput]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,6 +229,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", default="1,8,32,64", help="concurrent requests of the throughput section")
     ap.add_argument("--throughput-tokens", type=int, default=64, help="tokens each throughput request generates")
+    ap.add_argument("--vllm", action="store_true",
+                    help="also start vLLM's CPU build through the project's own backend (make setup VLLM=1) "
+                         "and send it the same throughput prompts")
     ap.add_argument("--other-url", help="a second OpenAI-compatible engine to send the throughput prompts to")
     ap.add_argument("--other-name", default="other", help="its name in the output")
     ap.add_argument("--rounds", type=int, default=1, help="times each level runs on each target (medians)")
@@ -243,9 +249,19 @@ def main() -> None:
         # the batch must hold the largest level, or the throughput section measures the queue
         with EngineProcess(settings.model, adapters, settings=settings,
                            extra_args=("--max-batch", str(max(levels)))) as eng, \
-                httpx.Client(base_url=eng.url, timeout=600) as client:
+                httpx.Client(base_url=eng.url, timeout=600) as client, ExitStack() as stack:
             complete(client, model="L0", prompt="warm up", max_tokens=4)
             targets = [Target("embedded", eng.url)]
+            if args.vllm:
+                # Started like every other engine of the project; alive for the whole run, so both engines
+                # share the machine alike (the levels alternate between them).
+                started = time.perf_counter()
+                vllm = stack.enter_context(EngineProcess(settings.model, adapters, settings=settings, backend="vllm"))
+                print(f"vLLM (fp32, the project's backend) answered /health {time.perf_counter() - started:.0f} s "
+                      "after start", flush=True)
+                with httpx.Client(base_url=vllm.url, timeout=600) as other:
+                    complete(other, model="L0", prompt="warm up", max_tokens=4)
+                targets.append(Target("vllm", vllm.url))
             if args.other_url:
                 with httpx.Client(base_url=args.other_url, timeout=600) as other:
                     ensure_adapters(other, adapters)

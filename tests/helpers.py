@@ -19,3 +19,14 @@ def require(condition: bool, why: str) -> None:
     if IN_CI:
         pytest.fail(f"required for this test and missing under CI: {why}")
     pytest.skip(why)
+
+
+def require_vllm() -> None:
+    """vLLM's CPU build in .venv-vllm (`make setup VLLM=1`, which CI always runs)."""
+    from mindforge.engine.vllm_backend import VllmMissing, vllm_python
+    from mindforge.settings import load_settings
+
+    try:
+        vllm_python(load_settings())
+    except VllmMissing as exc:
+        require(False, str(exc))

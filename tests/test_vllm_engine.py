@@ -1,24 +1,21 @@
 """vLLM as the engine, for real, on the CPU: started by EngineProcess(backend="vllm").
 
-One vLLM server for the module (it takes minutes to start on two busy cores):
+One vLLM server for the session (it takes minutes to start on two busy cores; conftest.py):
 its /v1/models lists the adapters it was given, it answers token-id
 completions with logprobs and token ids (what rollouts need), it loads a new
 adapter at runtime (Update's hand-off), and a harness turn runs through it.
-Skipped where .venv-vllm is absent (`make setup VLLM=1` installs it; CI does not yet).
+Skipped locally where .venv-vllm is absent; CI installs it (`make setup VLLM=1`) and fails without it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
 from harness_fakes import make_hcp, model_path, renderer
 
-from mindforge.engine.vllm_backend import VllmMissing, vllm_python
 from mindforge.harness import open_harness, task_runner
-from mindforge.settings import load_settings
 from mindforge.tasks.models import Task
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
@@ -27,21 +24,9 @@ MODEL = "smollm2-135m-instruct"
 
 
 @pytest.fixture(scope="module")
-def vllm(tmp_path_factory):
-    try:
-        vllm_python(load_settings())
-    except VllmMissing as exc:
-        pytest.skip(str(exc))
-    from mindforge.engine import EngineProcess
-    from mindforge.engine.registry import init_adapters
-
-    hcp = make_hcp()  # the default HCP; the turn below caps its answer at 8 tokens
-    folders = init_adapters(MODEL, tmp_path_factory.mktemp("adapters"))
-    adapters = {hcp.served_adapter(r): p for r, p in folders.items()}
-    t0 = time.monotonic()
-    with EngineProcess(MODEL, adapters, backend="vllm", settings=load_settings()) as eng:
-        print(f"\nvLLM answered /health {time.monotonic() - t0:.1f} s after start")
-        yield eng, hcp, adapters
+def vllm(vllm_server):
+    eng, adapters = vllm_server  # the session's vLLM (conftest.py), also behind the proxy tests
+    return eng, make_hcp(), adapters
 
 
 def completion(url: str, model: str, prompt_ids: list[int]) -> dict:
@@ -69,6 +54,10 @@ def test_vllm_serves_the_adapters_with_token_ids_and_loads_new_ones(vllm, tmp_pa
                       timeout=600)
     assert resp.status_code == 200, resp.text
     assert "mf-L0-v0001" in {m["id"] for m in httpx.get(eng.url + "/v1/models", timeout=30).json()["data"]}
+    # a version name is loaded once: vLLM refuses the same name again, as the embedded engine does
+    again = httpx.post(eng.url + "/v1/load_lora_adapter", json={"lora_name": "mf-L0-v0001", "lora_path": str(fresh)},
+                       timeout=600)
+    assert again.status_code == 400 and "already" in again.text, again.text
     # a fresh adapter computes exactly the base model (peft's B is zero): same greedy tokens
     assert completion(eng.url, "mf-L0-v0001", ids)["token_ids"] == choice["token_ids"]
 
