@@ -49,7 +49,7 @@ def test_vllm_serves_the_adapters_with_token_ids_and_loads_new_ones(vllm, tmp_pa
     assert len(choice["logprobs"]["token_logprobs"]) == 4
     assert all(lp <= 0.0 for lp in choice["logprobs"]["token_logprobs"])
     # Update's hand-off: a new versioned name, loaded at runtime
-    fresh = init_adapters(MODEL, tmp_path / "fresh", routes=("L0",), seed=7)["L0"]
+    fresh = init_adapters(model_path(), tmp_path / "fresh", routes=("L0",), seed=7)["L0"]
     resp = httpx.post(eng.url + "/v1/load_lora_adapter", json={"lora_name": "mf-L0-v0001", "lora_path": str(fresh)},
                       timeout=600)
     assert resp.status_code == 200, resp.text
