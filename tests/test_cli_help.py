@@ -48,6 +48,7 @@ def test_choices_are_the_library_ones_and_others_are_refused():
     from mindforge.discovery.config import PROPOSERS as DISCOVERY_PROPOSERS
     from mindforge.expansion.config import PROPOSERS as EXPANSION_PROPOSERS
     from mindforge.rollouts import HCP_REWARDS
+    from mindforge.settings import ENGINE_BACKENDS
     from mindforge.store import STAGES
     from mindforge.tasks.models import ROUTES
     from mindforge.update.loss import LOSS_TYPES
@@ -65,6 +66,9 @@ def test_choices_are_the_library_ones_and_others_are_refused():
         (("up",), "--only"): SERVICES,
         (("down",), "--only"): SERVICES,
         (("hcp", "import-mol"), "--default-route"): ROUTES,
+        (("engine", "serve"), "--backend"): ENGINE_BACKENDS,
+        **{((command,), "--engine"): ENGINE_BACKENDS for command in ("up", "cycle", "discover", "expand", "update",
+                                                                     "eval")},
     }
     for (path, flag), allowed in expected.items():
         assert _option(path, flag).metavar == "<" + "|".join(allowed) + ">", (path, flag)

@@ -83,3 +83,17 @@ def test_a_local_engine_of_another_kind_is_not_reused_when_a_kind_is_named(monke
         run_services.running_engine(Settings(engine_backend="vllm"))
     # an engine the user configured is used whatever it is (vLLM or SGLang on GPUs)
     assert run_services.running_engine(Settings(engine_backend="vllm", engine_url="http://gpu:8000/")) == "http://gpu:8000"
+
+
+def test_mindforge_up_starts_the_engine_the_settings_name() -> None:
+    from mindforge.cycle.local import engine_spec
+    from mindforge.settings import Settings
+
+    embedded = engine_spec(Settings(), {"mf-L0-v0000": Path("/a/L0")})
+    assert "--backend" not in embedded.argv and embedded.start_timeout_s == 300.0
+    vllm = engine_spec(Settings(engine_backend="vllm"), {"mf-L0-v0000": Path("/a/L0")})
+    assert vllm.argv[-2:] == ("--backend", "vllm") and "mf-L0-v0000=/a/L0" in vllm.argv
+    assert vllm.start_timeout_s == 900.0  # vLLM takes minutes to start on two busy cores
+    assert Settings().with_engine(None) == Settings() and Settings().with_engine("vllm").engine_backend == "vllm"
+    with pytest.raises(ValueError, match="engine_backend"):
+        Settings().with_engine("sglang")

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from mindforge.errors import MindForgeError
+from mindforge.settings import ENGINE_BACKENDS
 
 
 def user_errors(exit_code: int = 2) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -52,7 +53,7 @@ EngineOption = Annotated[str | None, typer.Option(
     "--engine", help="Engine to start when none runs: embedded, or vllm (from .venv-vllm: make setup VLLM=1); "
                      "a running local engine is reused only when it is this kind.",
     show_default="MINDFORGE_ENGINE_BACKEND, else embedded (reusing whichever local engine runs)",
-    **choices("embedded", "vllm"))]
+    **choices(*ENGINE_BACKENDS))]
 
 
 def settings_with_engine(engine: str | None) -> Any:

@@ -9,6 +9,7 @@ import typer
 
 from mindforge.cli._common import choices, user_errors
 from mindforge.errors import InputError
+from mindforge.settings import ENGINE_BACKENDS
 
 app = typer.Typer(help="The embedded OpenAI-compatible multi-LoRA engine.", no_args_is_help=True)
 
@@ -74,7 +75,7 @@ def serve(
         "--exit-with-parent", help="Shut down when the process that started this one dies.")] = False,
     backend: Annotated[str, typer.Option(
         "--backend", help="embedded (this package's engine) or vllm (vLLM from .venv-vllm: make setup VLLM=1).",
-        **choices("embedded", "vllm"))] = "embedded",
+        **choices(*ENGINE_BACKENDS))] = "embedded",
     max_loras: Annotated[int, typer.Option(
         "--max-loras", min=1, help="vllm only: adapters batched together.")] = 4,
     max_lora_rank: Annotated[int, typer.Option(
