@@ -73,3 +73,42 @@ def test_a_harness_turn_runs_through_vllm(vllm) -> None:
     answer = outcome.hops[-1]
     assert answer.adapter == hcp.served_adapter(outcome.route) and answer.completion_ids
     assert len(answer.logprobs) == len(answer.completion_ids)
+
+
+def test_the_parity_probe_holds_between_vllm_and_the_trainer_on_a_trained_adapter(vllm, tmp_path) -> None:
+    """vLLM's logprobs of an adapter with non-zero B (a fresh one computes the base model) against the trainer's
+    teacher-forced ones, fp32 both; the trainer's view of other weights fails the same probe."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from mindforge.catalog import WEIGHTS_FILE
+    from mindforge.engine.admin import EngineAdmin
+    from mindforge.engine.registry import init_adapters
+    from mindforge.update.handoff import ProbeConfig, parity_probe, teacher_forced_logprobs
+    from mindforge.update.policy import TRAIN_ADAPTER, load_policy
+
+    eng, _, _ = vllm
+
+    def trained(folder_name: str, seed: int):
+        folder = init_adapters(model_path(), tmp_path / folder_name, routes=("L2",), seed=3)["L2"]
+        weights, gen = load_file(folder / WEIGHTS_FILE), torch.Generator().manual_seed(seed)
+        save_file({k: v + 0.05 * torch.randn(v.shape, generator=gen) if "lora_B" in k else v
+                   for k, v in weights.items()}, folder / WEIGHTS_FILE)
+        return folder
+
+    ours, other = trained("ours", 1), trained("other", 2)
+    admin = EngineAdmin(eng.url)
+    admin.load("mf-L2-v0042", ours)
+    admin.load("mf-L2-v0043", other)
+    trainer = teacher_forced_logprobs(load_policy(model_path(), ours), TRAIN_ADAPTER)
+    prompts = [list(renderer().encode(text)) for text in
+               ("Write a Python function that reverses a list.", "The capital of France is", "def fib(n):")]
+    probe = ProbeConfig(max_tokens=16)
+    held = parity_probe(admin, "mf-L2-v0042", prompts, trainer, probe)
+    print(f"\nparity, vLLM vs trainer, trained adapter: max |logprob diff| {held.max_abs_diff:.2e} "
+          f"over {held.tokens} tokens (tolerance {probe.tolerance:g})")
+    assert held.ok and held.tokens == 48, held
+    wrong = parity_probe(admin, "mf-L2-v0043", prompts, trainer, probe)
+    print(f"parity against other weights: max |logprob diff| {wrong.max_abs_diff:.2e}")
+    assert not wrong.ok and wrong.max_abs_diff > 10 * probe.tolerance
+    admin.close()
