@@ -82,6 +82,17 @@ class RunServices(BaseModel):
     def admin(self) -> EngineAdmin:
         return EngineAdmin(self.require_engine(), api_key=self.settings.api_key)
 
+    def generation_counters(self) -> dict[str, float] | None:
+        """The engine's token counters now (None without an engine or without counters): a cycle
+        takes them before and after each stage to say what the stage generated, and how fast."""
+        if self.engine_url is None:
+            return None
+        admin = self.admin()
+        try:
+            return admin.generation_counters()
+        finally:
+            admin.close()
+
     def engine_client(self) -> EngineClient:
         from mindforge.harness import EngineClient
 

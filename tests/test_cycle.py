@@ -154,3 +154,29 @@ def test_every_cycle_deployment_of_prefect_yaml_builds_valid_stage_configs(name:
         update = update_config(config, 1)
         assert config.cycles == 3 and "eval" in config.stages
         assert update.rft.enabled and update.router.enabled and update.tasks == "archive"
+
+
+def test_each_stage_records_what_the_engine_generated_during_it(tmp_path: Path) -> None:
+    """The meter reads the engine's counters before and after a stage; a stage that did not run records nothing."""
+    reads = iter(range(100))
+
+    def meter() -> dict[str, float]:  # each read: 100 more generated tokens, 1000 more prompt tokens
+        n = next(reads)
+        return {"generated_tokens": 100.0 * n, "prompt_tokens": 1000.0 * n}
+
+    result = run_cycle(CycleConfig(run_dir=tmp_path, stages=("discovery", "expansion")), 1, RUNNERS,
+                       builders=BUILDERS, meter=meter)
+    gen = result.stages["discovery"].generation
+    assert gen["generated_tokens"] == 100 and gen["prompt_tokens"] == 1000
+    assert gen["tokens_per_s"] == round(100 / gen["seconds"], 2)
+    assert result.stages["update"].generation is None  # skipped
+    from mindforge.cycle.status import run_status
+
+    stages = run_status(tmp_path)["cycles"][0]["stages"]
+    assert stages["expansion"]["generation"]["generated_tokens"] == 100 and "generation" not in stages["update"]
+    stored = json.loads((tmp_path / "cycles/1/summary.json").read_text())
+    assert stored["stages"]["discovery"]["generation"] == gen
+    # an engine without counters (a remote one without /metrics): nothing recorded, nothing fails
+    again = run_cycle(CycleConfig(run_dir=tmp_path / "other", stages=("discovery",)), 1, RUNNERS, builders=BUILDERS,
+                      meter=lambda: None)
+    assert again.stages["discovery"].generation is None

@@ -97,3 +97,19 @@ def test_mindforge_up_starts_the_engine_the_settings_name() -> None:
     assert Settings().with_engine(None) == Settings() and Settings().with_engine("vllm").engine_backend == "vllm"
     with pytest.raises(ValueError, match="engine_backend"):
         Settings().with_engine("sglang")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("# HELP x\nmindforge_engine_generated_tokens_total 120\nmindforge_engine_prompt_tokens_total 900\n"
+     "mindforge_engine_decode_steps_total 7\n", {"generated_tokens": 120.0, "prompt_tokens": 900.0}),
+    ('vllm:generation_tokens_total{engine="0",model_name="m"} 50.0\n'  # vLLM: one sample a label set
+     'vllm:generation_tokens_total{engine="1",model_name="m"} 25.0\n'
+     'vllm:prompt_tokens_total{engine="0",model_name="m"} 400.0\n', {"generated_tokens": 75.0, "prompt_tokens": 400.0}),
+    ("other_counter_total 3\n", None),
+])
+def test_generation_counters_read_either_engines_metrics(text: str, expected) -> None:
+    engine = EngineAdmin("http://engine", transport=httpx.MockTransport(
+        lambda r: httpx.Response(200, text=text) if r.url.path == "/metrics" else httpx.Response(404)))
+    assert engine.generation_counters() == expected
+    absent = EngineAdmin("http://engine", transport=httpx.MockTransport(lambda r: httpx.Response(404)))
+    assert absent.generation_counters() is None

@@ -53,6 +53,9 @@ def test_a_cycle_runs_against_vllm(tmp_path: Path) -> None:
     decided = [r for r in journal if r["type"] == "decision"]
     assert len(decided) == PARAMS["discovery"]["budget"]
     assert sum(r.get("attempts") or 0 for r in decided) > 0, "no solve-rate attempt went through vLLM"
+    for stage in ("discovery", "expansion", "update", "eval"):  # vLLM's own counters, read around each stage
+        made = json.loads((cycle / stage / "generation.json").read_text())
+        assert made["generated_tokens"] > 0 and made["prompt_tokens"] > 0 and made["tokens_per_s"] > 0, (stage, made)
     expansion = json.loads((cycle / "expansion" / "DONE.json").read_text())
     assert expansion["rollouts"] > 0
 

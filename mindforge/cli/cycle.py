@@ -93,7 +93,7 @@ def _run_library(config: Any, as_json: bool) -> list[Any]:
                         bar.advance(stages)
                 return run
 
-            results = run_cycles(config, {name: counted(name) for name in runners}, log)
+            results = run_cycles(config, {name: counted(name) for name in runners}, log, meter=run.generation_counters)
         bar.update(stages, completed=config.cycles * len(config.stages))
     return results
 

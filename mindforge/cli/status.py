@@ -21,6 +21,8 @@ def _shares(by_family: dict[str, float] | None) -> str:
 
 def _print_human(status: dict[str, Any]) -> None:
     """A few short lines a cycle: the hashes are long, and terminals are narrow."""
+    from mindforge.cycle.core import generation_line
+
     print(f"run {status['run_dir']}")
     _print_curve(status)
     for c in status["cycles"]:
@@ -29,6 +31,9 @@ def _print_human(status: dict[str, Any]) -> None:
         d, e, u = (c["stages"][s] for s in ("discovery", "expansion", "update"))
         states = " · ".join(f"{name} {st['state']}" for name, st in c["stages"].items())
         print(f"cycle {c['cycle']} ({'complete' if c['complete'] else 'not complete'}): {states}")
+        gens = [f"{name} {generation_line(st['generation'])}" for name, st in c["stages"].items() if st.get("generation")]
+        if gens:
+            print("  engine: " + "; ".join(gens))
         if d.get("tasks"):
             print(f"  tasks: {d['tasks']} accepted")
         if e.get("start_hcp") or u.get("hcp"):

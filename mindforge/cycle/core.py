@@ -52,6 +52,34 @@ class StageRecord(BaseModel):
     status: StageStatus
     seconds: float = 0.0
     result: dict[str, Any] = {}
+    generation: dict[str, float] | None = None  # what the engine generated during the stage (see Meter)
+
+
+Meter = Callable[[], Mapping[str, float] | None]
+"""The engine's token counters now (``generated_tokens``, ``prompt_tokens``), or None without them."""
+
+GENERATION_FILE = "generation.json"
+
+
+def generation(before: Mapping[str, float] | None, after: Mapping[str, float] | None,
+               seconds: float) -> dict[str, float] | None:
+    """Tokens the engine generated and prefilled between two readings, and the generation rate.
+
+    The engine's counters, not the stage's own count: they include every hop (route, answer, the
+    reflector's and the proposer's), and on an engine other runs share, their tokens too.
+    """
+    if not before or not after:
+        return None
+    made = after["generated_tokens"] - before["generated_tokens"]
+    return {"generated_tokens": made, "prompt_tokens": after["prompt_tokens"] - before["prompt_tokens"],
+            "seconds": seconds, "tokens_per_s": round(made / seconds, 2) if seconds > 0 else 0.0}
+
+
+def generation_line(gen: Mapping[str, float] | None) -> str:
+    if not gen:
+        return ""
+    return (f"generated {gen['generated_tokens']:,.0f} tokens at {gen['tokens_per_s']:.1f} tok/s "
+            f"({gen['prompt_tokens']:,.0f} prompt tokens)")
 
 
 class CycleResult(BaseModel):
@@ -129,11 +157,13 @@ def _stage_config(config: CycleConfig, cycle: int, stage: str, records: Mapping[
 
 def run_cycle(config: CycleConfig, cycle: int, runners: Mapping[str, StageRunner],
               log: Callable[[str], None] = lambda m: None,
-              builders: Mapping[str, ConfigBuilder] | None = None) -> CycleResult:
+              builders: Mapping[str, ConfigBuilder] | None = None, meter: Meter | None = None) -> CycleResult:
     """Run (or resume) the stages of one cycle and write its summary.
 
     ``builders`` replaces how a stage's config is built (default: the stage's
     own config model from the cycle's fields); tests use it for stand-in stages.
+    ``meter`` reads the engine's token counters: each stage that runs then
+    records what it generated and how fast (``cycles/N/<stage>/generation.json``).
     """
     builders = dict(builders or {})
     validate_stage_configs(config, cycle, skip=tuple(builders))
@@ -151,14 +181,18 @@ def run_cycle(config: CycleConfig, cycle: int, runners: Mapping[str, StageRunner
         build = builders.get(stage, lambda c, n, r, s=stage: _stage_config(c, n, s, r))
         stage_cfg = build(config, cycle, records)
         log(f"cycle {cycle}: {stage} starts")
-        start = time.monotonic()
+        start, counters = time.monotonic(), meter() if meter else None
         result = dict(runners[stage](stage_cfg))
+        seconds = round(time.monotonic() - start, 3)
         # Stages write their own DONE.json; a stage that does not still gets one,
         # so that resuming never depends on which stage it was.
         if not RunDir(config.run_dir).is_done(cycle, stage):
             RunDir(config.run_dir).mark_done(cycle, stage, result)
-        records[stage] = StageRecord(status="ran", seconds=round(time.monotonic() - start, 3), result=result)
-        log(f"cycle {cycle}: {stage} done in {records[stage].seconds:.1f}s")
+        gen = generation(counters, meter() if meter else None, seconds)
+        if gen is not None:
+            atomic_write_json(RunDir(config.run_dir).stage(cycle, stage) / GENERATION_FILE, gen)
+        records[stage] = StageRecord(status="ran", seconds=seconds, result=result, generation=gen)
+        log(f"cycle {cycle}: {stage} done in {seconds:.1f}s" + (f"; {generation_line(gen)}" if gen else ""))
     summary = summarize(config.run_dir, cycle, records, round(time.monotonic() - t0, 3))
     atomic_write_json(summary_path(config.run_dir, cycle), summary.model_dump(mode="json"))
     return summary
@@ -167,13 +201,13 @@ def run_cycle(config: CycleConfig, cycle: int, runners: Mapping[str, StageRunner
 def run_cycles(config: CycleConfig, runners: Mapping[str, StageRunner],
                log: Callable[[str], None] = lambda m: None,
                one_cycle: Callable[[CycleConfig, int], CycleResult] | None = None,
-               builders: Mapping[str, ConfigBuilder] | None = None) -> list[CycleResult]:
+               builders: Mapping[str, ConfigBuilder] | None = None, meter: Meter | None = None) -> list[CycleResult]:
     """Cycles ``first_cycle`` .. ``first_cycle + cycles - 1``; each reads what the previous one left.
 
     A cycle already complete (its summary exists) is read back, not run.
     """
     first = config.first_cycle or next_cycle(config.run_dir)
-    one = one_cycle or (lambda cfg, n: run_cycle(cfg, n, runners, log, builders))
+    one = one_cycle or (lambda cfg, n: run_cycle(cfg, n, runners, log, builders, meter))
     if "eval" in config.stages and "eval" in runners:
         run_baseline(config, runners["eval"], log)
     out = []

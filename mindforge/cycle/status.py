@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mindforge.cycle.core import GENERATION_FILE
 from mindforge.errors import InputError
 from mindforge.store import STAGES, RunDir
 
@@ -40,6 +41,8 @@ def _stage(run: RunDir, n: int, stage: str) -> dict[str, Any]:
     else:
         return {"state": "absent"}
     out: dict[str, Any] = {"state": state, "trajectories": _rows(folder / "trajectories")}
+    if gen := _read(folder / GENERATION_FILE):
+        out["generation"] = gen
     if stage == "discovery":
         out["tasks"] = _rows(folder / "tasks")
         out["rejected"] = result.get("rejected")

@@ -1,4 +1,4 @@
-"""The engine's admin client: which adapters it serves, load and unload by name, a sampled probe.
+"""The engine's admin client: which adapters it serves, load and unload by name, a sampled probe, counters.
 
 It speaks the vLLM-compatible contract (``GET /v1/models``,
 ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``,
@@ -20,6 +20,14 @@ from mindforge.errors import MindForgeError
 
 class EngineError(MindForgeError):
     pass
+
+
+_COUNTERS = {  # /metrics counter -> what it counts; the embedded engine's names, then vLLM's
+    "mindforge_engine_generated_tokens_total": "generated_tokens",
+    "mindforge_engine_prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generated_tokens",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+}
 
 
 class EngineAdmin:
@@ -61,6 +69,27 @@ class EngineAdmin:
             raise EngineError(f"{self.base_url}/v1/models: {exc}") from exc
         owner = str(data[0].get("owned_by", "unknown")) if data else "unknown"
         return "embedded" if owner == "mindforge" else owner
+
+    def generation_counters(self) -> dict[str, float] | None:
+        """Tokens the engine generated and was prompted with since it started (``/metrics``), or None
+        where it has no such counters. The embedded engine's and vLLM's names are both read."""
+        try:
+            r = self.http.get("/metrics", timeout=10.0)
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        totals = {"generated_tokens": 0.0, "prompt_tokens": 0.0}
+        found = False
+        for line in r.text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            key = _COUNTERS.get(name)
+            if key is not None:
+                totals[key] += float(line.rsplit(" ", 1)[1])  # vLLM has one sample a label set: summed
+                found = True
+        return totals if found else None
 
     def load(self, name: str, path: Path) -> None:
         r = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})

@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger, task
 
 from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
 from mindforge.cycle.config import validate_stage_configs
-from mindforge.cycle.core import StageRunner
+from mindforge.cycle.core import StageRunner, generation_line
 from mindforge.eval.report import efficacy_cell
 from mindforge.flows import artifacts
 from mindforge.flows.discovery import discovery_flow
@@ -79,6 +79,8 @@ def summary_markdown(result: CycleResult) -> str:
         "validation before → after": f"{val.get('reward_before')} → {val.get('reward_after')} (paired SE {val.get('se')})",
         "efficacy (sealed benchmark)": efficacy_cell(result.eval),
         "stages": ", ".join(f"{k} {v.status} {v.seconds:.0f}s" for k, v in result.stages.items()),
+        "generation by stage": "; ".join(f"{k} {generation_line(v.generation)}" for k, v in result.stages.items()
+                                        if v.generation) or "-",
         "seconds": result.seconds,
     }
     links = [f"[{what}](/artifacts/key/{artifacts.key(c, what)})"
@@ -91,7 +93,7 @@ def summary_markdown(result: CycleResult) -> str:
 def cycle_flow(params: CycleConfig, cycle: int, run: RunServices) -> dict[str, Any]:
     """One cycle; stages already finished in this run directory are read back, not run."""
     logger = get_run_logger()
-    result = run_cycle(params, cycle, stage_runners(params, run), log=logger.info)
+    result = run_cycle(params, cycle, stage_runners(params, run), log=logger.info, meter=run.generation_counters)
     artifacts.markdown(cycle, "summary", summary_markdown(result), f"RSI cycle {cycle}: the stages together")
     return result.model_dump(mode="json")
 
