@@ -22,7 +22,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
-from prefect.utilities.annotations import quote
 
 from mindforge.fanout import check_portable
 
@@ -51,8 +50,7 @@ class TaskMapper:
         check_portable(fn, items)  # refused here, by name, not half-way through on a worker
         target = fn.func if isinstance(fn, functools.partial) else fn
         name = getattr(target, "__name__", "job").replace("_", "-")
-        # quote(): Prefect passes the data as it is, without looking inside it for futures.
-        futures = {fan_out.submit(f"{name}-{self.jobs + i}", quote(fn), quote(item)): i
+        futures = {fan_out.submit(f"{name}-{self.jobs + i}", fn, item): i
                    for i, item in enumerate(items)}
         self.jobs += len(items)
         return self._results(futures)
