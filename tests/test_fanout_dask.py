@@ -30,7 +30,7 @@ from mindforge.settings import load_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.model]
 
-DASK = {"cluster_kwargs": {"n_workers": 2, "processes": True, "threads_per_worker": 1, "dashboard_address": None}}
+DASK = {"cluster_kwargs": {"n_workers": 2, "processes": True, "threads_per_worker": 1, "dashboard_address": ":0"}}
 
 
 def _ready() -> None:
