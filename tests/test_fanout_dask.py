@@ -122,3 +122,27 @@ def test_expansion_on_dask_process_workers_scores_as_on_threads(run, tmp_path: P
     assert thread["rollouts"] > 0
     time.sleep(2)
     assert _leftover_containers(dask["fanout"]["processes"]) == []
+
+
+def test_the_eval_on_dask_process_workers_scores_as_on_threads(run, tmp_path: Path) -> None:
+    from mindforge.eval.config import EvalConfig
+    from mindforge.flows.eval import eval_flow
+
+    config = EvalConfig(run_dir=tmp_path, cycle=0, max_tasks=4, chunk=2)
+    got = _both(eval_flow, config, run, tmp_path)
+    thread, dask = got["thread"], got["dask"]
+    assert "fanout" not in thread
+    _ran_in_workers(dask)
+    assert dask["fanout"]["tasks"] == 2  # one task a shard of two
+
+    def rows(kind: str) -> list[tuple[Any, ...]]:
+        from mindforge.eval.records import EvalRow
+        from mindforge.store import read_parquet
+
+        shards = sorted((tmp_path / kind / "evals").rglob("greedy-*.parquet"))
+        assert [s.name for s in shards] == ["greedy-0000.parquet", "greedy-0001.parquet"]
+        return [(r.task_id, r.route, r.status, r.passed, r.completion_tokens) for s in shards
+                for r in read_parquet(s, EvalRow)]
+
+    assert rows("thread") == rows("dask")
+    assert thread["pass_at_1"] == dask["pass_at_1"]

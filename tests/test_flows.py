@@ -28,7 +28,7 @@ def stand_in_stages(monkeypatch):
     """The real flows around stand-in stage functions; no engine, no model, no image."""
     monkeypatch.setattr(runtime, "expansion_runner", lambda run, log, mapper=None: standins.expansion_full)
     monkeypatch.setattr(runtime, "update_runner", lambda run, progress=None, log=None: standins.update_full)
-    monkeypatch.setattr(runtime, "eval_runner", lambda run, log: standins.eval_full)
+    monkeypatch.setattr(runtime, "eval_runner", lambda run, log, mapper=None: standins.eval_full)
     monkeypatch.setattr(rsi, "prepare", lambda settings: None)
 
     @contextmanager

@@ -6,7 +6,8 @@
 of the run uses its engine and catalog, and Update's handoff loads a
 promoted version into that engine, so the next cycle serves it. A flow on a
 Dask or Ray task runner passes a ``mapper`` (``mindforge.fanout``) so that
-Discovery's judgements and Expansion's solves run as its tasks.
+Discovery's judgements, Expansion's solves and the eval's shards run as its
+tasks.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | 
     return _runner(update_rt.open_services, run_update, run, progress=progress, log=log)
 
 
-def eval_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    return _runner(eval_rt.open_services, run_eval, run, log=log)
+def eval_runner(run: RunServices, log: Callable[[str], None], mapper: Mapper | None = None) -> StageRunner:
+    """``mapper``: where missing shards are scored (None: one after the other here)."""
+    return _runner(eval_rt.open_services, run_eval, run, log=log, mapper=mapper)
 
 
 def library_runners(run: RunServices, log: Callable[[str], None] = lambda m: None,
