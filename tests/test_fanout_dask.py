@@ -147,3 +147,5 @@ def test_the_eval_on_dask_process_workers_scores_as_on_threads(run, tmp_path: Pa
 
     assert rows("thread") == rows("dask")
     assert thread["pass_at_1"] == dask["pass_at_1"]
+    time.sleep(2)
+    assert _leftover_containers(dask["fanout"]["processes"]) == []
