@@ -26,9 +26,9 @@ def harness():
 @pytest.fixture
 def stand_in_stages(monkeypatch):
     """The real flows around stand-in stage functions; no engine, no model, no image."""
-    monkeypatch.setattr(runtime, "expansion_runner", lambda run, log: standins.expansion_full)
+    monkeypatch.setattr(runtime, "expansion_runner", lambda run, log, mapper=None: standins.expansion_full)
     monkeypatch.setattr(runtime, "update_runner", lambda run, progress=None, log=None: standins.update_full)
-    monkeypatch.setattr(runtime, "eval_runner", lambda run, log: standins.eval_full)
+    monkeypatch.setattr(runtime, "eval_runner", lambda run, log, mapper=None: standins.eval_full)
     monkeypatch.setattr(rsi, "prepare", lambda settings: None)
 
     @contextmanager
@@ -148,8 +148,10 @@ def test_task_runners_are_chosen_by_name() -> None:
     from prefect.task_runners import ThreadPoolTaskRunner
 
     assert isinstance(make_task_runner("thread", 3), ThreadPoolTaskRunner)
-    with pytest.raises(InputError, match="prefect-dask"):
-        make_task_runner("dask", options={"address": "tcp://127.0.0.1:8786"})
+    from prefect_dask import DaskTaskRunner  # a test dependency: the dev extra
+
+    dask = make_task_runner("dask", options={"cluster_kwargs": {"n_workers": 2, "processes": True}})
+    assert isinstance(dask, DaskTaskRunner) and dask.cluster_kwargs == {"n_workers": 2, "processes": True}
     with pytest.raises(InputError, match="unknown task runner"):
         make_task_runner("spark")
 

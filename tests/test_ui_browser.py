@@ -108,9 +108,9 @@ sys.path.insert(0, {tests!r})
 import cycle_standins as s
 import mindforge.flows.rsi_cycle as rsi
 from mindforge.cycle import CycleConfig, runtime
-runtime.expansion_runner = lambda run, log: s.expansion_full
+runtime.expansion_runner = lambda run, log, mapper=None: s.expansion_full
 runtime.update_runner = lambda run, progress=None, log=None: s.update_full
-runtime.eval_runner = lambda run, log: s.eval_full
+runtime.eval_runner = lambda run, log, mapper=None: s.eval_full
 rsi.prepare = lambda settings: None
 from mindforge.run_services import RunServices
 @contextmanager

@@ -4,7 +4,10 @@
 ``run`` is the ``RunServices`` the cycle built once
 (``mindforge.run_services.open_run_services``); every stage of every cycle
 of the run uses its engine and catalog, and Update's handoff loads a
-promoted version into that engine, so the next cycle serves it.
+promoted version into that engine, so the next cycle serves it. A flow on a
+Dask or Ray task runner passes a ``mapper`` (``mindforge.fanout``) so that
+Discovery's judgements, Expansion's solves and the eval's shards run as its
+tasks.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from mindforge.eval import runtime as eval_rt
 from mindforge.eval.stage import run_eval
 from mindforge.expansion import runtime as expansion_rt
 from mindforge.expansion.stage import run_expansion
+from mindforge.fanout import Mapper
 from mindforge.run_services import RunServices
 from mindforge.update import runtime as update_rt
 from mindforge.update.stage import run_update
@@ -35,12 +39,14 @@ def _runner(open_services: Callable[..., Any], run_stage: Callable[[Any, Any], A
     return go
 
 
-def discovery_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    return _runner(discovery_rt.open_services, run_discovery, run, log=log)
+def discovery_runner(run: RunServices, log: Callable[[str], None], mapper: Mapper | None = None) -> StageRunner:
+    """``mapper``: where candidates are judged (None: a thread pool here; see ``mindforge.fanout``)."""
+    return _runner(discovery_rt.open_services, run_discovery, run, log=log, mapper=mapper)
 
 
-def expansion_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    return _runner(expansion_rt.open_services, run_expansion, run, log=log)
+def expansion_runner(run: RunServices, log: Callable[[str], None], mapper: Mapper | None = None) -> StageRunner:
+    """``mapper``: where task sets are solved (None: one call here; see ``mindforge.fanout``)."""
+    return _runner(expansion_rt.open_services, run_expansion, run, log=log, mapper=mapper)
 
 
 def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | None = None,
@@ -48,8 +54,9 @@ def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | 
     return _runner(update_rt.open_services, run_update, run, progress=progress, log=log)
 
 
-def eval_runner(run: RunServices, log: Callable[[str], None]) -> StageRunner:
-    return _runner(eval_rt.open_services, run_eval, run, log=log)
+def eval_runner(run: RunServices, log: Callable[[str], None], mapper: Mapper | None = None) -> StageRunner:
+    """``mapper``: where missing shards are scored (None: one after the other here)."""
+    return _runner(eval_rt.open_services, run_eval, run, log=log, mapper=mapper)
 
 
 def library_runners(run: RunServices, log: Callable[[str], None] = lambda m: None,

@@ -13,17 +13,25 @@
 The engine is the run's (``mindforge.run_services``); with
 ``measure_difficulty=False`` and no model proposer none is needed, and the
 run's services may have been opened without one.
+
+With a ``mapper`` that leaves the process (``mindforge.fanout``), no pool or
+solver is opened here: each candidate is judged by ``judge_elsewhere(run,
+config, candidate)``, which builds the sandbox pool and the solver from that
+data in the process it runs in, once a process (``fanout.per_process``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from mindforge.discovery import archive
 from mindforge.discovery.config import DiscoveryConfig
-from mindforge.discovery.stage import DiscoveryServices, stage_dir
+from mindforge.discovery.records import Decision
+from mindforge.discovery.stage import Candidate, DiscoveryServices, judge_candidate, stage_dir
+from mindforge.fanout import Mapper, per_process
 from mindforge.harness import task_runner
 from mindforge.hcp import HCP, hcp_hash, load_hcp
 from mindforge.rollouts import HarnessSolver, persist
@@ -52,26 +60,52 @@ def needs_engine(config: DiscoveryConfig) -> bool:
 
 @contextmanager
 def open_services(run: RunServices, config: DiscoveryConfig, log: Callable[[str], None] = print,
-                  progress: Callable[[int, int], None] | None = None) -> Iterator[DiscoveryServices]:
-    hcp = load_hcp(archive.hcp_path(config))
+                  progress: Callable[[int, int], None] | None = None,
+                  mapper: Mapper | None = None) -> Iterator[DiscoveryServices]:
+    """Discovery's live services; with a portable ``mapper`` the judging ones are built where it runs."""
     with ExitStack() as stack:
-        pool = stack.enter_context(SandboxPool(run.sandbox(hcp)))
-        services = DiscoveryServices(verifier=pool, propose_instructions=hcp.prompts.propose,
-                                     hcp_version=hcp_hash(hcp), log=log, progress=progress,
-                                     sealed_sources=tuple(benchmarks.sources(run.settings.cache_dir)),
-                                     sealed=benchmarks.SealedSet.of(run.settings.cache_dir))
-        if needs_engine(config):
-            client = run.engine_client()
+        elsewhere = mapper is not None and mapper.portable
+        services = build_services(stack, run, config, log, progress, judges=not elsewhere)
+        if mapper is not None:
+            services.mapper = mapper
+        if elsewhere:
+            services.judge = functools.partial(judge_elsewhere, run, config)
+        yield services
 
-            async def propose_role(prompt: str, seed: int) -> str:
-                record = await run.harness(hcp, client).role("propose", prompt, seed=seed,
-                                                              max_tokens=config.propose_max_tokens)
-                return record.answer
 
-            def runner_for(h: HCP) -> object:
-                return task_runner(run.harness(h, client), max_tokens=config.max_tokens, summarize=False)
+def build_services(stack: ExitStack, run: RunServices, config: DiscoveryConfig, log: Callable[[str], None],
+                   progress: Callable[[int, int], None] | None = None, judges: bool = True) -> DiscoveryServices:
+    """The services, closed by ``stack``; ``judges``: with the sandbox pool and the solver that judge."""
+    hcp = load_hcp(archive.hcp_path(config))
+    pool = stack.enter_context(SandboxPool(run.sandbox(hcp))) if judges else None
+    services = DiscoveryServices(verifier=pool, propose_instructions=hcp.prompts.propose,
+                                 hcp_version=hcp_hash(hcp), log=log, progress=progress,
+                                 sealed_sources=tuple(benchmarks.sources(run.settings.cache_dir)),
+                                 sealed=benchmarks.SealedSet.of(run.settings.cache_dir))
+    if needs_engine(config):
+        client = run.engine_client()
 
+        async def propose_role(prompt: str, seed: int) -> str:
+            record = await run.harness(hcp, client).role("propose", prompt, seed=seed,
+                                                          max_tokens=config.propose_max_tokens)
+            return record.answer
+
+        def runner_for(h: HCP) -> object:
+            return task_runner(run.harness(h, client), max_tokens=config.max_tokens, summarize=False)
+
+        if pool is not None:
             services.solver = AttemptSolver(HarnessSolver(runner_for, pool, concurrency=16),
                                             hcp, config.seed, trajectories=stage_dir(config) / "trajectories")
-            services.propose_role = propose_role
-        yield services
+        services.propose_role = propose_role
+    return services
+
+
+def judge_elsewhere(run: RunServices, config: DiscoveryConfig, candidate: Candidate) -> Decision | None:
+    """Judge one candidate in whatever process runs this, on services built there from the data.
+
+    The sandbox pool and the solver are kept for the process's next candidate
+    of the same run and config (``fanout.per_process``), closed at its exit.
+    """
+    key = run.model_dump_json() + config.model_dump_json()
+    services = per_process("discovery", key, lambda stack: build_services(stack, run, config, log=print))
+    return judge_candidate(config, services, candidate)

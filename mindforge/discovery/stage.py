@@ -14,27 +14,33 @@
 2. ``screen`` (cheap, no container, deterministic): parse and schema, sizes,
    banned nondeterminism, then novelty against the archive and the earlier
    candidates of this cycle, then decontamination;
-3. ``judge`` (per candidate, in parallel): sandbox verification (reference
-   twice, decoys), then the solve rate of the current model through the
-   harness; each decision is journaled as it is made;
+3. ``judge`` (per candidate, in parallel through ``services.mapper``): sandbox
+   verification (reference twice, decoys), then the solve rate of the current
+   model through the harness; each decision is journaled, in this process, as
+   soon as the mapper returns it. The default mapper is a thread pool on these
+   services; a mapper that leaves the process (the flow's Dask or Ray workers)
+   runs ``services.judge``, a job that carries its inputs as data
+   (``Candidate``) and builds its services where it runs;
 4. ``finish``: accepted tasks with provenance to ``tasks/accepted.parquet``,
    rejected candidates to ``rejected.parquet``, the result to ``DONE.json``.
 
-The flow (``mindforge/flows/discovery.py``) calls the same four functions, mapping
-``judge`` over Prefect tasks.
+The flow (``mindforge/flows/discovery.py``) runs the same function; on a
+Dask or Ray task runner it hands over a mapper that makes each judgement a
+Prefect task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 from mindforge.discovery import archive
 from mindforge.discovery.checks import Rejection, check, parse_candidate
@@ -48,6 +54,8 @@ from mindforge.discovery.proposers import procedural
 from mindforge.discovery.proposers.base import Proposal
 from mindforge.discovery.records import Decision, DiscoveryResult
 from mindforge.discovery.verify import InfraError, verify
+from mindforge.errors import MindForgeError
+from mindforge.fanout import Mapper, ThreadMapper
 from mindforge.rollouts import Verifier
 from mindforge.store import RunDir
 from mindforge.tasks.benchmarks import SealedSet
@@ -60,16 +68,29 @@ class Solver(Protocol):
     def attempts(self, task: Task, first: int, count: int) -> list[bool | None]: ...
 
 
+class Candidate(BaseModel):
+    """A screened candidate to judge, as data: the proposal, its task, the parent it must be harder than."""
+
+    model_config = ConfigDict(frozen=True)
+
+    proposal: Proposal
+    task: Task
+    parent: Task | None = None
+
+
 @dataclass
 class DiscoveryServices:
-    verifier: Verifier
+    verifier: Verifier | None  # None where candidates are judged elsewhere (``judge`` set)
     solver: Solver | None = None
     propose_role: model_proposer.ProposeRole | None = None
     propose_instructions: str = ""
     hcp_version: str | None = None
     log: Callable[[str], None] = lambda m: None
     progress: Callable[[int, int], None] | None = None  # (candidates decided, budget), for a progress bar
-    workers: int = 8
+    # Where candidates are judged: ``mapper`` runs ``judge`` (Candidate -> Decision, None on persistent
+    # infrastructure errors) over them; without ``judge``, ``judge_with_retries`` on these services.
+    mapper: Mapper = field(default_factory=lambda: ThreadMapper(8))
+    judge: Callable[[Candidate], Decision | None] | None = None
     infra_retries: int = 2
     # Sealed benchmarks (mindforge.tasks.benchmarks): decontaminated against, never a seed or a parent.
     sealed_sources: tuple[Path, ...] = ()
@@ -270,7 +291,7 @@ def judge(config: DiscoveryConfig, services: DiscoveryServices, p: Proposal, tas
           pool_by_id: dict[str, Task]) -> Decision:
     """Verify in the sandbox, then measure the solve rate. Raises ``InfraError`` (retry, not a reason)."""
     start = time.monotonic()
-    parent = pool_by_id.get(p.parents[0]) if p.harder_than_parent and p.parents else None
+    parent = parent_of(p, pool_by_id)
     try:
         log = verify(task, services.verifier, parent=parent, extra_decoys=p.decoys, runs=config.reference_runs)
     except Rejection as r:
@@ -291,6 +312,17 @@ def judge(config: DiscoveryConfig, services: DiscoveryServices, p: Proposal, tas
                     infra_errors=d.infra_errors, solve_rate=round(d.rate, 4), interval=(round(d.low, 4),
                                                                                           round(d.high, 4)),
                     learnability=round(d.learnability, 4), log=tuple(log), seconds=round(time.monotonic() - start, 3))
+
+
+def parent_of(p: Proposal, pool_by_id: dict[str, Task]) -> Task | None:
+    """The pool task a harder-than-parent proposal must beat (None for the others)."""
+    return pool_by_id.get(p.parents[0]) if p.harder_than_parent and p.parents else None
+
+
+def judge_candidate(config: DiscoveryConfig, services: DiscoveryServices, c: Candidate) -> Decision | None:
+    """``judge_with_retries`` of one ``Candidate`` on ``services``."""
+    pool_by_id = {c.parent.id: c.parent} if c.parent is not None else {}
+    return judge_with_retries(config, services, c.proposal, c.task, pool_by_id)
 
 
 def judge_with_retries(config: DiscoveryConfig, services: DiscoveryServices, p: Proposal, task: Task,
@@ -335,16 +367,13 @@ def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> Disco
     left = config.budget - sum(1 for i in journal.decisions if i < config.budget)
     services.log(f"discovery cycle {config.cycle}: {config.budget} candidates, {left} to judge")
     infra: list[int] = []
-    counting = threading.Lock()
 
-    def report() -> None:
+    def report() -> None:  # in this thread only: the mapper hands each decision back here
         if services.progress is not None:
-            with counting:  # cheap checks decide candidates in prepare(), judges in threads
-                services.progress(sum(1 for i in list(journal.decisions) if i < config.budget), config.budget)
+            services.progress(sum(1 for i in journal.decisions if i < config.budget), config.budget)
 
-    def one(item: tuple[Proposal, Task], pool_by_id: dict[str, Task]) -> None:
-        p, task = item
-        d = judge_with_retries(config, services, p, task, pool_by_id)
+    def record(c: Candidate, d: Decision | None) -> None:
+        p, task = c.proposal, c.task
         if d is None:
             infra.append(p.index)
             return
@@ -353,16 +382,14 @@ def run_discovery(config: DiscoveryConfig, services: DiscoveryServices) -> Disco
         services.log(f"candidate {p.index} ({p.proposer}{'' if p.level is None else f' level {p.level}'}, "
                      f"{task.family}): {'accepted' if d.accepted else d.reason} {d.detail[:120]}")
 
-    ex = ThreadPoolExecutor(max(1, services.workers))
-    try:
-        for upto in round_ends(config):
-            _, pending, pool_by_id = prepare(config, services, upto, journal)
-            report()
-            list(ex.map(one, pending, [pool_by_id] * len(pending)))
-    except BaseException:
-        # Ctrl-C / SIGTERM: do not wait for judges blocked on the engine; the caller's
-        # services stop next, which ends them (their candidates stay undecided for a rerun).
-        ex.shutdown(wait=False, cancel_futures=True)
-        raise
-    ex.shutdown()
+    judge_one = services.judge or functools.partial(judge_candidate, config, services)
+    if services.mapper.portable and services.judge is None:
+        raise MindForgeError("a mapper that leaves the process needs a portable services.judge "
+                             "(discovery.runtime.open_services sets one)")
+    for upto in round_ends(config):
+        _, pending, pool_by_id = prepare(config, services, upto, journal)
+        report()
+        candidates = [Candidate(proposal=p, task=t, parent=parent_of(p, pool_by_id)) for p, t in pending]
+        for i, d in services.mapper(judge_one, candidates):
+            record(candidates[i], d)
     return finish(config, journal, time.monotonic() - start, services.hcp_version, infra_pending=len(infra))

@@ -21,10 +21,15 @@ settings.
   rerun resumes.
 - The result is compared, paired on the same tasks, with the previous
   cycle's eval and with cycle 0's (``stats.paired``).
+- Missing shards are scored through ``services.mapper`` (one after the other
+  by default); a mapper that leaves the process (the flow's Dask or Ray
+  workers) runs ``services.score`` on a ``Shard`` of data, and each shard is
+  written here as it comes back.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -32,11 +37,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from mindforge.errors import MindForgeError
 from mindforge.eval.config import EvalConfig
 from mindforge.eval.records import EvalResult, EvalRow
 from mindforge.eval.report import cycle_scalars, efficacy, routing_shares, scores_of, stored_eval
 from mindforge.eval.stats import mean_se, paired, pass_at_k
+from mindforge.fanout import Mapper, ThreadMapper
 from mindforge.hcp import HCP, hcp_hash, parse_hcp
 from mindforge.rollouts import HarnessSolver
 from mindforge.store import RunDir, atomic_write_json, read_parquet, write_parquet
@@ -55,10 +63,27 @@ class EvalServices:
     tasks: Sequence[Task]  # the whole benchmark
     bench_sha: str
     hcp: HCP  # the HCP in force, as the proxy would serve it
-    solver: HarnessSolver  # harness turns on the run's engine, verdicts from the HCP's sandbox
+    solver: HarnessSolver | None  # harness turns on the run's engine, verdicts from the HCP's sandbox;
+    # None where shards are scored elsewhere (``score`` set)
     log: Callable[[str], None] = field(default=lambda message: None)
     # (answers done, answers in all) as turns end, for a progress bar; stored shards count as done
     progress: Callable[[int, int], None] | None = None
+    # Where missing shards are scored: ``mapper`` runs ``score`` over them (None: ``score_chunk`` on
+    # ``solver`` here); a mapper that leaves the process needs a portable ``score`` (eval.runtime's).
+    mapper: Mapper = field(default_factory=lambda: ThreadMapper(1))
+    score: Callable[[Shard], list[EvalRow]] | None = None
+
+
+class Shard(BaseModel):
+    """One results shard to score, as data: the HCP (greedy or not), its tasks, the sampling."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hcp: HCP
+    tasks: tuple[Task, ...]
+    samples: int
+    seed: int
+    mode: str
 
 
 def greedy(hcp: HCP) -> HCP:
@@ -104,7 +129,7 @@ def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode:
     return out
 
 
-def _score_chunk(services: EvalServices, hcp: HCP, chunk: Sequence[Task], samples: int, seed: int,
+def score_chunk(services: EvalServices, hcp: HCP, chunk: Sequence[Task], samples: int, seed: int,
                  mode: str, on_answer: Callable[[], None] | None = None) -> list[EvalRow]:
     """Rows of one shard; tasks with an infrastructure error are run once more, then the eval stops."""
     rows = rows_of(chunk, services.solver.groups(hcp, chunk, samples, seed, on_answer=on_answer), mode)
@@ -121,11 +146,13 @@ def _score_chunk(services: EvalServices, hcp: HCP, chunk: Sequence[Task], sample
     return rows
 
 
+def _score_here(services: EvalServices, on_answer: Callable[[], None], shard: Shard) -> list[EvalRow]:
+    return score_chunk(services, shard.hcp, shard.tasks, shard.samples, shard.seed, shard.mode, on_answer)
+
+
 def _scored(folder: Path, tasks: Sequence[Task], config: EvalConfig, hcp: HCP, mode: str, samples: int,
             services: EvalServices) -> tuple[list[EvalRow], bool]:
     """Every row of ``mode``, scoring only the shards not stored yet; (rows, all were stored)."""
-    rows: list[EvalRow] = []
-    reused = True
     chunks = [tasks[i:i + config.chunk] for i in range(0, len(tasks), config.chunk)]
     answers = 0
 
@@ -135,21 +162,33 @@ def _scored(folder: Path, tasks: Sequence[Task], config: EvalConfig, hcp: HCP, m
         if services.progress is not None:
             services.progress(answers, len(tasks) * samples)
 
+    by_shard: dict[int, list[EvalRow]] = {}
+    missing: list[int] = []
     for i, chunk in enumerate(chunks):
         shard = folder / f"{mode}-{i:04d}.parquet"
         if shard.is_file():
-            rows += read_parquet(shard, EvalRow)
+            by_shard[i] = read_parquet(shard, EvalRow)
             answered(len(chunk) * samples)
-            continue
-        reused = False
-        t0 = time.monotonic()
-        got = _score_chunk(services, hcp, chunk, samples, config.seed, mode, answered)
-        write_parquet(got, shard)
-        rows += got
-        done = min((i + 1) * config.chunk, len(tasks))
-        passed = sum(r.passed for r in rows) / max(len(rows), 1)
-        services.log(f"{mode}: {done}/{len(tasks)} tasks scored ({time.monotonic() - t0:.0f}s for this shard, "
-                     f"pass so far {passed:.3f})")
+        else:
+            missing.append(i)
+    reused = not missing
+    if services.score is None and services.mapper.portable:
+        raise EvalError("a mapper that leaves the process needs a portable services.score "
+                        "(eval.runtime.open_services sets one)")
+    score = services.score or functools.partial(_score_here, services, answered)
+    jobs = [Shard(hcp=hcp, tasks=tuple(chunks[i]), samples=samples, seed=config.seed, mode=mode) for i in missing]
+    t0 = time.monotonic()
+    for k, got in services.mapper(score, jobs):
+        i = missing[k]
+        write_parquet(got, folder / f"{mode}-{i:04d}.parquet")  # stored as it comes: a rerun resumes here
+        by_shard[i] = got
+        if services.score is not None:  # scored elsewhere: no answer-by-answer progress
+            answered(len(chunks[i]) * samples)
+        done = sum(len(chunks[j]) for j in by_shard)
+        scored = [r for rs in by_shard.values() for r in rs]
+        services.log(f"{mode}: {done}/{len(tasks)} tasks scored ({time.monotonic() - t0:.0f}s so far, "
+                     f"pass so far {sum(r.passed for r in scored) / max(len(scored), 1):.3f})")
+    rows = [r for i in range(len(chunks)) for r in by_shard[i]]
     return rows, reused
 
 

@@ -9,6 +9,11 @@ decision is a line in ``cycles/N/discovery/journal.jsonl``, so a rerun of a
 killed flow judges only the candidates without a decision (none twice, none
 lost) whatever result storage the flow ran with.
 
+On the thread runner the stage judges in its own thread pool; on a Dask or
+Ray task runner each judgement is a ``fan-out`` task (``flows/fanout.py``)
+that carries its candidate as data and runs on a worker, and the result says
+how many tasks ran in which processes (``fanout``).
+
 Artifacts: ``cycle-N-discovery-accepted`` (id, family, proposer, parent,
 solve rate, interval, learnability), ``cycle-N-discovery-rejections`` (count
 per reason and every rejected candidate), ``cycle-N-discovery-summary``.
@@ -22,6 +27,7 @@ from prefect import flow, get_run_logger
 
 from mindforge.discovery.config import DiscoveryConfig
 from mindforge.flows import artifacts
+from mindforge.flows.fanout import stage_mapper
 from mindforge.run_services import RunServices, run_services_for
 
 
@@ -61,8 +67,11 @@ def discovery_flow(config: DiscoveryConfig, run: RunServices | None = None) -> d
         logger.info(f"cycle {config.cycle}: discovery finished before; publishing its stored result")
         result = done.model_dump(mode="json")
     else:
+        mapper = stage_mapper()  # Dask or Ray: each judgement a task on a worker
         with run_services_for(run, config.run_dir, config.cycle, "discovery", hcp=config.hcp,
                               engine=needs_engine(config), log=logger.info) as services:
-            result = dict(discovery_runner(services, logger.info)(config))
+            result = dict(discovery_runner(services, logger.info, mapper=mapper)(config))
+        if mapper is not None:
+            result["fanout"] = mapper.facts()
     publish(result)
     return result

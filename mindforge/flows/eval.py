@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 
 from mindforge.eval.config import EvalConfig
 from mindforge.flows import artifacts
+from mindforge.flows.fanout import stage_mapper
 from mindforge.run_services import RunServices, run_services_for
 from mindforge.tracking import cycle_log_dir
 
@@ -57,7 +58,10 @@ def eval_flow(config: EvalConfig, run: RunServices | None = None) -> dict[str, A
     from mindforge.cycle.runtime import eval_runner
 
     logger = get_run_logger()
+    mapper = stage_mapper()  # Dask or Ray: each missing shard a task on a worker
     with run_services_for(run, config.run_dir, config.cycle, "eval", log=logger.info) as services:
-        result = dict(eval_runner(services, logger.info)(config))
+        result = dict(eval_runner(services, logger.info, mapper=mapper)(config))
+    if mapper is not None:
+        result["fanout"] = mapper.facts()
     publish({**result, "run_dir": str(config.run_dir)})
     return result

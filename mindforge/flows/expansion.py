@@ -4,6 +4,10 @@ Artifacts (keys stable per cycle): ``cycle-N-hcp-diff`` (markdown with a
 diff block), ``cycle-N-expansion-candidates`` (every proposal: scores ± SE,
 decision), ``cycle-N-expansion-trajectories`` (+ a page per shown
 trajectory), ``cycle-N-expansion-summary``.
+
+On a Dask or Ray task runner the solves of each task set are ``fan-out``
+tasks (``flows/fanout.py``), a chunk of tasks each, run on the workers; the
+result says how many ran in which processes (``fanout``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from prefect import flow, get_run_logger
 
 from mindforge.expansion.config import ExpansionConfig
 from mindforge.flows import artifacts
+from mindforge.flows.fanout import stage_mapper
 from mindforge.flows.publish import publish_trajectories
 from mindforge.run_services import RunServices, run_services_for
 
@@ -70,8 +75,11 @@ def expansion_flow(config: ExpansionConfig, run: RunServices | None = None) -> d
     from mindforge.cycle.runtime import expansion_runner
 
     logger = get_run_logger()
+    mapper = stage_mapper()  # Dask or Ray: each chunk of solves a task on a worker
     with run_services_for(run, config.run_dir, config.cycle, "expansion", hcp=config.start_hcp,
                           log=logger.info) as services:
-        result = dict(expansion_runner(services, logger.info)(config))
+        result = dict(expansion_runner(services, logger.info, mapper=mapper)(config))
+    if mapper is not None:
+        result["fanout"] = mapper.facts()
     publish(result)
     return result

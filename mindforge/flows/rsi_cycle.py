@@ -61,7 +61,7 @@ def stage_runners(params: CycleConfig, run: RunServices) -> dict[str, StageRunne
         "discovery": lambda config: discovery_flow.with_options(task_runner=runner())(config, run=run),
         "expansion": lambda config: expansion_flow.with_options(task_runner=runner())(config, run=run),
         "update": lambda config: update_flow.with_options(task_runner=runner())(config, run=run),
-        "eval": lambda config: eval_flow(config, run=run),
+        "eval": lambda config: eval_flow.with_options(task_runner=runner())(config, run=run),
     }
 
 
