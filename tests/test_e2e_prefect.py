@@ -21,8 +21,11 @@ def test_the_deployment_run_completes(cycle_run) -> None:
     assert state["type"] == "COMPLETED", f"{state}\n{cycle_run.output[-4000:]}"
     summary = json.loads((cycle_run.run_dir / "cycles/1/summary.json").read_text())
     assert {s["status"] for s in summary["stages"].values()} == {"ran"}
-    # What the embedded engine generated during each stage, from its own counters.
-    assert all(s["generation"]["generated_tokens"] > 0 for s in summary["stages"].values()), summary["stages"]
+    # What the embedded engine generated during each stage, from its own counters. Discovery's six
+    # candidates here are all procedural (the model proposes one slot in ten) and no solve rate is
+    # measured, so it generates nothing: the counters are attributed to the stage that used them.
+    generated = {name: s["generation"]["generated_tokens"] for name, s in summary["stages"].items()}
+    assert generated.pop("discovery") == 0 and all(n > 0 for n in generated.values()), summary["stages"]
     # The cycle ends with the sealed eval, paired with the cycle-0 baseline on the same 16 tasks.
     ev = summary["eval"]
     assert ev["bench"] == "mbpp" and ev["n"] == 16 and "16 of 427" in ev["subset"]
