@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mindforge.engine import kv
+from mindforge.engine.decoder import decode_attention
 from mindforge.engine.model import EngineModel
 from mindforge.engine.registry import init_adapters, resolve_model
 from mindforge.settings import load_settings
@@ -95,10 +96,9 @@ def attention_ms(em: EngineModel, b: int, k: int, rounds: int) -> float:
     q = torch.randn(b, f.kv_heads, g, f.head_dim, dtype=em.dtype)
     bias = torch.zeros((b, 1, 1, k), dtype=em.dtype)
 
-    def one() -> None:  # the same products as FusedDecoder.decode's attention
+    def one() -> None:
         for keys, values in slabs:
-            scores = torch.matmul(q, keys[:, :, :k].transpose(-1, -2)).mul_(f.scale).add_(bias)
-            torch.matmul(torch.softmax(scores, dim=-1), values[:, :, :k])
+            decode_attention(q, keys[:, :, :k], values[:, :, :k], bias, f.scale)
 
     return median_ms(one, rounds)
 
@@ -110,7 +110,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     args = ap.parse_args()
     shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes.split(",")]
-    model = resolve_model(load_settings().model, load_settings())
+    settings = load_settings()
+    model = resolve_model(settings.model, settings)
     adapters = init_adapters(model, Path(tempfile.mkdtemp(prefix="mf-decode-")))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; ms a step (tok/s)")
     print(f"{'dtype':9s} {'B':>3s} {'K':>4s} {'step':>16s} {'weights':>9s} {'of it head':>10s} {'attention':>9s}")

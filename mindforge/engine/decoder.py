@@ -100,6 +100,13 @@ def _rotate(x_N_H_D: torch.Tensor, cos_N_1_D: torch.Tensor, sin_N_1_D: torch.Ten
     return x_N_H_D * cos_N_1_D + rotated * sin_N_1_D
 
 
+def decode_attention(q_B_Hk_G_D: torch.Tensor, keys_B_Hk_K_D: torch.Tensor, values_B_Hk_K_D: torch.Tensor,
+                     bias_B_1_1_K: torch.Tensor, scale: float) -> torch.Tensor:
+    """One new token a row over its cached columns; a kv head's G query heads share its keys (GQA)."""
+    scores = torch.matmul(q_B_Hk_G_D, keys_B_Hk_K_D.transpose(-1, -2)).mul_(scale).add_(bias_B_1_1_K)
+    return torch.matmul(torch.softmax(scores, dim=-1), values_B_Hk_K_D)
+
+
 # attend(layer index, q [N,H,D], k [N,Hkv,D], v [N,Hkv,D]) -> [N, H*D]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -152,8 +159,7 @@ class FusedDecoder:
         def attend(li: int, q_B_H_D, k_B_Hk_D, v_B_Hk_D):
             keys, values = layers[li].update(k_B_Hk_D[:, :, None], v_B_Hk_D[:, :, None])
             q_B_Hk_G_D = q_B_H_D.view(b, self.kv_heads, g, self.head_dim)
-            scores = torch.matmul(q_B_Hk_G_D, keys.transpose(-1, -2)).mul_(self.scale).add_(bias_B_1_1_K)
-            return torch.matmul(torch.softmax(scores, dim=-1), values).reshape(b, -1)
+            return decode_attention(q_B_Hk_G_D, keys, values, bias_B_1_1_K, self.scale).reshape(b, -1)
 
         hidden_B_E = self._run(ids_B, pos_B, masks, attend)
         return F.linear(hidden_B_E, self.lm_head).float()
