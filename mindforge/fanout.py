@@ -101,7 +101,12 @@ def _drain(ex: Executor, fn: Callable[[Any], R], items: Sequence[Any]) -> Iterat
     try:
         futures = {ex.submit(fn, item): i for i, item in enumerate(items)}
         for f in as_completed(futures):
-            yield futures[f], f.result()
+            if f.exception() is not None:
+                # Jobs that already finished are handed over before the error surfaces, so the caller
+                # keeps (and stores) every result that exists.
+                for g in [g for g in futures if g.done() and not g.cancelled() and g.exception() is None]:
+                    yield futures.pop(g), g.result()
+            yield futures.pop(f), f.result()
     except BaseException:
         # A job's error, Ctrl-C or a caller that stopped reading: do not wait for jobs blocked on a
         # service; the caller's services close next, which ends them.

@@ -14,10 +14,12 @@ import pytest
 
 from mindforge.errors import InputError
 from mindforge.eval import EvalConfig, efficacy, run_eval
-from mindforge.eval.stage import EvalError, EvalServices
+from mindforge.eval.records import EvalRow
+from mindforge.eval.stage import EvalError, EvalServices, subset
 from mindforge.eval.stats import mcnemar_exact, paired, pass_at_k
 from mindforge.hcp import load_hcp, parse_hcp
 from mindforge.paths import default_hcp_path, seed_tasks_dir
+from mindforge.store import read_parquet
 from mindforge.tasks.benchmarks import SealedSet, builtin, register
 from mindforge.tasks.io import load_tasks
 from mindforge.tasks.models import Hop, Trajectory, Verdict, VerdictStatus
@@ -121,7 +123,7 @@ def test_an_eval_is_stored_reused_and_never_scored_twice(tmp_path: Path) -> None
     json.dumps(summary)
 
 
-def test_a_killed_eval_resumes_at_its_first_missing_shard(tmp_path: Path) -> None:
+def test_a_killed_eval_resumes_at_the_shards_it_is_missing(tmp_path: Path) -> None:
     config = EvalConfig(run_dir=tmp_path, cycle=0, chunk=2)
 
     class Killed(StandInSolver):
@@ -130,11 +132,16 @@ def test_a_killed_eval_resumes_at_its_first_missing_shard(tmp_path: Path) -> Non
                 raise KeyboardInterrupt
             return super().groups(hcp, tasks, samples, seed, **kw)
 
+    killed = Killed(passing=set())
     with pytest.raises(KeyboardInterrupt):
-        run_eval(config, _services(Killed(passing=set())))
+        run_eval(config, _services(killed))
+    stored = {tuple(r.task_id for r in read_parquet(f, EvalRow)) for f in tmp_path.glob("evals/*/*/greedy-*.parquet")}
+    assert stored and stored <= {tuple(c) for c in killed.calls}  # what was stored came whole from a shard
     rest = StandInSolver(passing=set())
     result = run_eval(config, _services(rest))
-    assert len(rest.calls) == 1 and len(rest.calls[0]) == 2  # only the third shard of two tasks
+    shards = {tuple(t.id for t in subset(TASKS, None)[i:i + 2]) for i in (0, 2, 4)}
+    assert {tuple(c) for c in rest.calls} == shards - stored  # only what the kill left unscored, once each
+    assert len(rest.calls) == 3 - len(stored)
     assert result.n == 6 and not result.reused
 
 

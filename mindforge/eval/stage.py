@@ -21,10 +21,11 @@ settings.
   rerun resumes.
 - The result is compared, paired on the same tasks, with the previous
   cycle's eval and with cycle 0's (``stats.paired``).
-- Missing shards are scored through ``services.mapper`` (one after the other
-  by default); a mapper that leaves the process (the flow's Dask or Ray
-  workers) runs ``services.score`` on a ``Shard`` of data, and each shard is
-  written here as it comes back.
+- Missing shards are scored through ``services.mapper`` (two at a time in
+  threads by default, so the engine's batch stays full); a mapper that
+  leaves the process (the flow's Dask or Ray workers) runs
+  ``services.score`` on a ``Shard`` of data, and each shard is written here
+  as it comes back.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,7 +72,9 @@ class EvalServices:
     progress: Callable[[int, int], None] | None = None
     # Where missing shards are scored: ``mapper`` runs ``score`` over them (None: ``score_chunk`` on
     # ``solver`` here); a mapper that leaves the process needs a portable ``score`` (eval.runtime's).
-    mapper: Mapper = field(default_factory=lambda: ThreadMapper(1))
+    # Two shards at once by default: the next shard's turns fill the engine's batch while the last
+    # turns of the one before finish (one shard at a time left the batch half empty at every shard's end).
+    mapper: Mapper = field(default_factory=lambda: ThreadMapper(2))
     score: Callable[[Shard], list[EvalRow]] | None = None
 
 
@@ -155,12 +159,14 @@ def _scored(folder: Path, tasks: Sequence[Task], config: EvalConfig, hcp: HCP, m
     """Every row of ``mode``, scoring only the shards not stored yet; (rows, all were stored)."""
     chunks = [tasks[i:i + config.chunk] for i in range(0, len(tasks), config.chunk)]
     answers = 0
+    counting = threading.Lock()  # shards are scored in parallel threads
 
     def answered(count: int = 1) -> None:
         nonlocal answers
-        answers += count
-        if services.progress is not None:
-            services.progress(answers, len(tasks) * samples)
+        with counting:
+            answers += count
+            if services.progress is not None:
+                services.progress(answers, len(tasks) * samples)
 
     by_shard: dict[int, list[EvalRow]] = {}
     missing: list[int] = []
