@@ -12,8 +12,11 @@ Steps (``make demo`` has already run ``make setup``):
    stops with status 3 (nothing is simulated);
 2. services: ``mindforge up --only prefect`` (reused when running); the
    cycle starts the embedded engine itself, on the run's own adapters;
-3. ``prefect work-pool create mindforge --type process``,
-   ``prefect --no-prompt deploy --all`` from prefect.yaml, a worker;
+3. ``prefect work-pool create mindforge --type process`` with a
+   concurrency limit of 1 (a cycle's engine and trainer take about 15 GB:
+   two at once exhaust this machine), ``prefect --no-prompt deploy --all``
+   from prefect.yaml, a worker on the ``default`` queue (a nightly run of
+   ``rsi-cycle/scheduled``, on its own queue, never starts beside the demo);
 4. ``prefect deployment run 'rsi-cycle/<deployment>' --watch`` on the run
    directory (each demo runs that run's next cycles);
 5. each cycle's summary: tasks accepted, HCP change, adapter version,
@@ -79,8 +82,8 @@ def missing_parts() -> list[str]:
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as fh:
-        return subprocess.Popen([PREFECT, "worker", "start", "--pool", "mindforge"], cwd=REPO, env=env,
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen([PREFECT, "worker", "start", "--pool", "mindforge", "--work-queue", "default"],
+                                cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -161,6 +164,8 @@ def main() -> int:
         return 1
     step("Work pool 'mindforge' (process)", [PREFECT, "work-pool", "create", "mindforge", "--type", "process"],
          env, ok_codes=(0, 1))  # 1: it exists already
+    if not step("One flow run at a time on it", [PREFECT, "work-pool", "set-concurrency-limit", "mindforge", "1"], env):
+        return 1
     if not step("Deployments from prefect.yaml", [PREFECT, "--no-prompt", "deploy", "--all"], env):
         return 1
     first = next_cycle(run_dir)

@@ -93,10 +93,12 @@ def deploy_stack(base: Path) -> PrefectStack:
     stack.start_server()
     env = {"MINDFORGE_REPO": str(REPO)}
     try:
-        for args in (("work-pool", "create", "mindforge", "--type", "process"), ("--no-prompt", "deploy", "--all")):
+        for args in (("work-pool", "create", "mindforge", "--type", "process"),
+                     ("work-pool", "set-concurrency-limit", "mindforge", "1"), ("--no-prompt", "deploy", "--all")):
             done = stack.run(*args, cwd=REPO, extra_env=env)
             assert done.returncode == 0, f"prefect {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        stack.start_worker("mindforge", cwd=REPO, extra_env=env)
+        # as `make demo` does: the nightly deployment's queue is left alone (a run due mid-test never starts)
+        stack.start_worker("mindforge", cwd=REPO, extra_env=env, queue="default")
     except BaseException:
         stack.stop()
         raise

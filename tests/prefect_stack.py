@@ -72,11 +72,11 @@ class PrefectStack:
             capture_output=True, text=True, timeout=timeout,
         )
 
-    def start_worker(self, pool: str, cwd: Path, extra_env: dict | None = None) -> None:
+    def start_worker(self, pool: str, cwd: Path, extra_env: dict | None = None, queue: str | None = None) -> None:
         log = (self.home / "worker.log").open("ab")
         self.procs.append(
             subprocess.Popen(
-                [prefect_bin(), "worker", "start", "--pool", pool],
+                [prefect_bin(), "worker", "start", "--pool", pool, *(["--work-queue", queue] if queue else [])],
                 env={**self.env, **(extra_env or {})}, cwd=cwd, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )

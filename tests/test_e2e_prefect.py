@@ -91,6 +91,9 @@ def test_prefect_yaml_declares_the_deployments(deployments) -> None:
     scheduled = names["rsi-cycle/scheduled"]
     crons = [s["schedule"].get("cron") for s in scheduled["schedules"]]
     assert crons == ["0 3 * * *"] and scheduled["schedules"][0]["active"]
+    # the nightly run has its own queue, which the demo's worker does not pull
+    assert scheduled["work_queue_name"] == "scheduled"
+    assert {d["work_queue_name"] for n, d in names.items() if n != "rsi-cycle/scheduled"} == {"default"}
     assert not names["rsi-cycle/embedded"]["schedules"]
     for name in ("rsi-cycle/embedded", "rsi-cycle/scheduled", "rsi-cycle/efficacy"):  # one run of a deployment at a time
         limit = names[name].get("global_concurrency_limit") or {}
@@ -100,6 +103,7 @@ def test_prefect_yaml_declares_the_deployments(deployments) -> None:
     assert names["rsi-cycle/embedded"]["parameters"]["params"]["run_dir"] == "runs/embedded"
     pool = _api(deployments, "GET", "/work_pools/mindforge")
     assert pool["type"] == "process"
+    assert pool["concurrency_limit"] == 1  # one cycle's engine and trainer at a time on a machine
 
 
 def test_a_deployment_run_with_bad_parameters_fails_with_the_field_named(deployments, tmp_path) -> None:
