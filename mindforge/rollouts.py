@@ -166,31 +166,30 @@ async def rollout_groups(
 ) -> list[list[Trajectory]]:
     """``group_size`` samples of each task, verified and rewarded; one list a task.
 
-    Each sample is verified as soon as its turn ends, off the event loop, while
-    the other turns go on generating: the sandbox's work overlaps the engine's
-    instead of following it, and a turn's engine slot is free again at once.
     ``on_answer`` is called as each sample's turn ends (before verification), for a progress bar.
     """
     gate = asyncio.Semaphore(config.concurrency)
 
-    async def sample_of(task: Task, sample: int) -> Trajectory:
+    async def gated(task: Task, sample: int) -> tuple[Trajectory, TurnOutcome | None]:
         seed = sample_seed(config.seed + seed_offset, task.id, sample)
         async with gate:
-            traj, outcome = await _one_sample(task, sample, seed, run, open_session, hcp_version, route)
+            out = await _one_sample(task, sample, seed, run, open_session, hcp_version, route)
         if on_answer is not None:
             on_answer()
-        if outcome is None:
-            return traj
-        [verdict] = await asyncio.to_thread(verifier.verify_many, [(task, candidate_for(task, outcome.answer,
-                                                                                         outcome.calls))])
-        r = reward_of(verdict, config.reward)
-        meta = {} if r is not None else {"dropped": f"infra_error: {verdict.log[-300:]}"}
-        return traj.model_copy(update={"verdict": verdict, "reward": r, "meta": meta})
+        return out
 
     jobs = [(t, s) for t in tasks for s in range(config.group_size)]
-    scored = await asyncio.gather(*(sample_of(t, s) for t, s in jobs))
+    done = await asyncio.gather(*(gated(t, s) for t, s in jobs))
+    to_verify = [(i, jobs[i][0], candidate_for(jobs[i][0], o.answer, o.calls))
+                 for i, (_, o) in enumerate(done) if o is not None]
+    verdicts = await asyncio.to_thread(verifier.verify_many, [(t, c) for _, t, c in to_verify])
+    scored = [traj for traj, _ in done]
+    for (i, _, _), verdict in zip(to_verify, verdicts, strict=True):
+        r = reward_of(verdict, config.reward)
+        meta = {} if r is not None else {"dropped": f"infra_error: {verdict.log[-300:]}"}
+        scored[i] = scored[i].model_copy(update={"verdict": verdict, "reward": r, "meta": meta})
     g = config.group_size
-    return [list(scored[k * g : (k + 1) * g]) for k in range(len(tasks))]
+    return [scored[k * g : (k + 1) * g] for k in range(len(tasks))]
 
 
 class SandboxVerifier(Verifier, Protocol):
