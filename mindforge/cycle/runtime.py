@@ -55,7 +55,7 @@ def update_runner(run: RunServices, progress: Callable[[int, int, Any], None] | 
 
 
 def eval_runner(run: RunServices, log: Callable[[str], None], mapper: Mapper | None = None) -> StageRunner:
-    """``mapper``: where missing shards are scored (None: one after the other here)."""
+    """``mapper``: where missing shards are scored (None: two at a time in threads here)."""
     return _runner(eval_rt.open_services, run_eval, run, log=log, mapper=mapper)
 
 
