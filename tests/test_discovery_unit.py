@@ -21,6 +21,8 @@ from mindforge.discovery.proposers.base import Proposal
 from mindforge.discovery.records import Decision
 from mindforge.discovery.stage import (
     DiscoveryServices,
+    earlier_journals,
+    kind_record,
     levels,
     open_journal,
     plan,
@@ -257,6 +259,29 @@ def test_the_staircase_moves_each_generated_kind_toward_the_band(tmp_path: Path,
         assert seq[0] == 1 and seq[-1] == final, (kind, seq)
         assert all(abs(b - a) <= 1 for a, b in itertools.pairwise(seq)), (kind, seq)  # one step at a time
     assert levels(c, j) == {"function": final, "instruction": final, "ui": final}
+
+
+def test_a_later_cycle_starts_from_the_earlier_cycles_levels_and_record(tmp_path: Path) -> None:
+    from mindforge.discovery.stage import HISTORY_DECAY, run_discovery
+
+    one = cfg(tmp_path, budget=16, proposers=("procedural",), round_size=4, start_level=3)
+    run_discovery(one, DiscoveryServices(verifier=_PassRefOnly(), solver=_Always(False)))
+    two = one.model_copy(update={"cycle": 2})
+    history = earlier_journals(two)
+    assert [j.path for j in history] == [open_journal(one).path]
+    assert earlier_journals(one) == []
+    fresh = Journal(tmp_path / "fresh.jsonl")
+    # too hard everywhere: cycle 1 walked every kind down to level 1, and cycle 2 starts there, not at 3
+    assert set(levels(two, fresh).values()) == {3}
+    assert levels(two, fresh, history) == levels(one, open_journal(one)) == {"function": 1, "instruction": 1, "ui": 1}
+    kinds = sorted(procedural.kinds_for(one.families))
+    assert kind_record(kinds, fresh) is None  # the run's first round follows the schedule
+    own = kind_record(kinds, open_journal(one))
+    # a later cycle's first round draws, on the last cycle's record weighted by HISTORY_DECAY
+    assert own is not None
+    assert kind_record(kinds, fresh, history) == {k: (a * HISTORY_DECAY, n * HISTORY_DECAY) for k, (a, n) in own.items()}
+    carried = kind_record(kinds, open_journal(one), history)
+    assert carried == {k: (a * (1 + HISTORY_DECAY), n * (1 + HISTORY_DECAY)) for k, (a, n) in own.items()}
 
 
 def test_in_band_decisions_hold_the_level(tmp_path: Path) -> None:

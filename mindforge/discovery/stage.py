@@ -10,7 +10,8 @@
    decisions (too easy: one level up; too hard: one down), and the kinds of
    the next round are drawn by Thompson sampling on each kind's acceptances,
    so the budget goes where the current model is near its band, whatever
-   its size;
+   its size. Both start from the run's earlier cycles (their journals, the
+   older the lighter), so a later cycle does not relearn them;
 2. ``screen`` (cheap, no container, deterministic): parse and schema, sizes,
    banned nondeterminism, then novelty against the archive and the earlier
    candidates of this cycle, then decontamination;
@@ -117,7 +118,21 @@ def _is_model_slot(config: DiscoveryConfig, index: int) -> bool:
 STAIRCASE_WINDOW = 3  # a kind's last difficulty decisions that set its next level
 
 
-def levels(config: DiscoveryConfig, journal: Journal) -> dict[str, int]:
+def earlier_journals(config: DiscoveryConfig) -> list[Journal]:
+    """The Discovery journals of this run's earlier cycles, oldest first.
+
+    The model has changed since, but which kinds yielded tasks in its band
+    and at what level is the best first guess for this cycle: without them
+    every cycle's first round spent half its budget relearning that the
+    bugfix and compose kinds were out of reach (measured: 8 to 12 of 20
+    candidates a cycle, none accepted).
+    """
+    run = RunDir(config.run_dir)
+    paths = (run.stage(c, "discovery") / "journal.jsonl" for c in range(1, config.cycle))
+    return [Journal(p) for p in paths if p.exists()]
+
+
+def levels(config: DiscoveryConfig, journal: Journal, history: Sequence[Journal] = ()) -> dict[str, int]:
     """Each generated kind's level for new proposals: a staircase over its decided candidates.
 
     Each of the kind's last ``STAIRCASE_WINDOW`` difficulty decisions (index
@@ -125,15 +140,18 @@ def levels(config: DiscoveryConfig, journal: Journal) -> dict[str, int]:
     or the same (in band); the mean, rounded half up and clamped, is the next
     level.
     Rejections that say nothing of difficulty (a failing reference, a
-    duplicate) do not vote. Computed from the journal, so a rerun agrees.
+    duplicate) do not vote. The earlier cycles' journals (``history``) vote
+    first, so a kind starts this cycle where the last one left it. Computed
+    from the journals, so a rerun agrees.
     """
     votes: dict[str, list[int]] = {k: [] for k in procedural.LEVELLED}
     step = {"too_easy": 1, "too_hard": -1, None: 0}
-    for i in sorted(journal.decisions):
-        d, p = journal.decisions[i], journal.proposals.get(i)
-        kind = d.proposer.removeprefix("procedural/")
-        if kind in votes and p is not None and p.level is not None and (d.accepted or d.reason in step):
-            votes[kind].append(p.level + step[None if d.accepted else d.reason])
+    for j in [*history, journal]:
+        for i in sorted(j.decisions):
+            d, p = j.decisions[i], j.proposals.get(i)
+            kind = d.proposer.removeprefix("procedural/")
+            if kind in votes and p is not None and p.level is not None and (d.accepted or d.reason in step):
+                votes[kind].append(p.level + step[None if d.accepted else d.reason])
     out = {}
     for kind, v in votes.items():
         recent = v[-STAIRCASE_WINDOW:]
@@ -150,21 +168,28 @@ def _staircase_will_move(d: Decision, p: Proposal | None) -> bool:
     return (d.reason == "too_easy" and p.level < procedural.LEVELS) or (d.reason == "too_hard" and p.level > 1)
 
 
-def kind_record(kinds: Sequence[str], journal: Journal) -> dict[str, tuple[int, int]] | None:
+HISTORY_DECAY = 0.5  # the weight of a decision one cycle older: the model it measured has been trained since
+
+
+def kind_record(kinds: Sequence[str], journal: Journal,
+                history: Sequence[Journal] = ()) -> dict[str, tuple[float, float]] | None:
     """Each procedural kind's (accepted, decided) candidates so far, leaving out the decisions the staircase
-    answers by moving the level; None before any decision."""
-    stats = {k: [0, 0] for k in kinds}
-    for i, d in journal.decisions.items():
-        kind = d.proposer.removeprefix("procedural/")
-        if kind in stats and not _staircase_will_move(d, journal.proposals.get(i)):
-            stats[kind][0] += int(d.accepted)
-            stats[kind][1] += 1
+    answers by moving the level; None before any decision. The earlier cycles' journals (``history``,
+    oldest first) count too, each cycle back weighted by ``HISTORY_DECAY`` once more."""
+    stats = {k: [0.0, 0.0] for k in kinds}
+    for age, j in enumerate(reversed([*history, journal])):
+        weight = HISTORY_DECAY ** age
+        for i, d in j.decisions.items():
+            kind = d.proposer.removeprefix("procedural/")
+            if kind in stats and not _staircase_will_move(d, j.proposals.get(i)):
+                stats[kind][0] += weight * int(d.accepted)
+                stats[kind][1] += weight
     if not any(n for _, n in stats.values()):
         return None
     return {k: (a, n) for k, (a, n) in stats.items()}
 
 
-def draw_kind(record: dict[str, tuple[int, int]], seed: int, index: int) -> str:
+def draw_kind(record: dict[str, tuple[float, float]], seed: int, index: int) -> str:
     """Thompson sampling over kinds: the highest draw from each kind's Beta(accepted + 1, rejected + 1).
 
     A kind the current model always or never solves (at every level the
@@ -220,13 +245,15 @@ def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Ta
                 continue
             journal.add_proposal(p)
     seen = {structure_hash(t) for t in pool}
-    level = levels(config, journal)
-    record = kind_record(sorted(set(kinds)), journal)
+    history = earlier_journals(config)
+    level = levels(config, journal, history)
+    record = kind_record(sorted(set(kinds)), journal, history)
     out = []
     for i in range(upto):
         p = journal.proposals.get(i)
         if p is None:
-            # the first round follows the schedule (every kind in turn); later ones draw by results
+            # the run's first round follows the schedule (every kind in turn); later ones, and every round
+            # of a later cycle, draw by results
             kind = kinds[i % len(kinds)] if record is None else draw_kind(record, config.seed, i)
             p = _fresh_procedural(kind, pool, i, config, seen, level.get(kind, config.start_level))
             journal.add_proposal(p)
