@@ -30,7 +30,7 @@ from mindforge.engine.admin import EngineAdmin
 from mindforge.hcp import load_hcp, read_json
 from mindforge.paths import default_hcp_path
 from mindforge.store import read_parquet
-from mindforge.tasks.models import Trajectory
+from mindforge.tasks.models import Task, Trajectory
 from mindforge.update.stage import UpdateConfig, run_update
 
 LABEL_IDS = {"L0": (60, 61), "L1": (60, 62), "L2": (60, 63), "L3": (60, 64)}
@@ -112,14 +112,36 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
     # Per task: a pass on L2, a pass the router sent to L0 (no L2 tokens to learn), a fail.
     persist([[attempt(t, "L2", True, 0), attempt(t, "L0", True, 1), attempt(t, "L2", False, 2)] for t in seeds],
             tmp_path / "cycles/1/discovery/trajectories", "attempts")
+    # Candidates Discovery rejected: verified and too easy (its passes are correct programs), verified of another
+    # family, and one whose reference failed (its "passes" prove nothing).
+    from mindforge.discovery.records import Decision
+    from mindforge.store import write_parquet
+
+    def candidate(i: int, family: str, reason: str, attempts: int | None) -> Task:
+        task = Task(family=family, prompt=f"Write a Python function `plus_{i}(x)` that adds {i}.",
+                    output_kind="function", entry_point=f"plus_{i}", reference=f"def plus_{i}(x):\n    return x + {i}\n",
+                    tests=[{"name": "t0", "code": f"assert plus_{i}(1) == {i + 1}"}])
+        decisions.append(Decision(index=i, proposer="procedural/function", accepted=False, reason=reason,
+                                  task_id=task.id, family=family, task=task.model_dump(mode="json"),
+                                  passes=attempts, attempts=attempts))
+        return task
+
+    decisions: list[Decision] = []
+    rejects = [candidate(1, "L2", "too_easy", 4), candidate(2, "L1", "too_easy", 4),
+               candidate(3, "L2", "reference_fails", None)]
+    write_parquet(decisions, tmp_path / "cycles/1/discovery/rejected.parquet")
+    persist([[attempt(t, "L2", True, 0), attempt(t, "L2", True, 1)] for t in rejects],
+            tmp_path / "cycles/1/discovery/trajectories", "rejects")
     config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=0, group_size=2, validation_tasks=3, validation_samples=1,
                           probe_prompts=1, validate_after=False, router={"enabled": False},
                           rft={"attempts": 1, "max_tasks": 2, "epochs": 1, "batch_size": 64,
                                "reuse_discovery": reuse})
     rft = run_update(config, svc).rft
     assert rft.passes == 0  # the phase's own attempts all failed
-    if reuse:  # Discovery's L2 passes on every training task joined; the 3 held-out tasks' did not
-        assert rft.discovery_passes == rft.kept == len(seeds) - 3 and rft.steps == 1
+    if reuse:  # Discovery's L2 passes on every training task joined, and the too-easy L2 reject's two distinct
+        # passes; the 3 held-out tasks', the L1 reject's and the unverified one's did not
+        assert rft.reject_passes == 2
+        assert rft.discovery_passes == rft.kept == len(seeds) - 3 + 2 and rft.steps == 1
     else:
         assert rft.discovery_passes == rft.kept == rft.steps == 0 and "no attempt passed" in rft.reason
 

@@ -23,6 +23,16 @@ this cycle's Discovery on the training tasks join the phase's own (same
 dedup, same cap a task); only the route's answer hops train, so attempts the
 router sent elsewhere (before router training, L2 tasks went to L0) add
 nothing. Held-out validation tasks are never among them.
+
+With ``discovery_rejects`` the passes on candidates Discovery verified and
+measured but did not keep, because the model solved them too often (or,
+rarely, because its interval stayed across the band), join as well: the
+sandbox ran the reference twice and the decoys failed, so a passing answer
+is a correct program all the same (ReST-EM trains on every verified success,
+easy ones included). Measured on the last efficacy run: 4 to 7 such
+candidates a cycle, with 4 passes each, were thrown away while the phase's
+own 64 attempts kept 4 to 7 answers. The cap a task keeps them from
+dominating.
 """
 
 from __future__ import annotations
@@ -52,6 +62,8 @@ class RejectionSampling(BaseModel):
     # 0.438 -> 0.434 / 0.424 / 0.406 / 0.432 / 0.513 at 3e-5 / 1e-4 / 3e-4 / 1e-3 / 3e-3.
     lr: float = Field(default=3e-4, gt=0)
     reuse_discovery: bool = True  # Discovery's verified solve-rate attempts on the training tasks join the passes
+    # ... and on the candidates it verified but rejected for their difficulty (too easy, undecided)
+    discovery_rejects: bool = True
 
 
 class RFTReport(BaseModel):
@@ -68,7 +80,8 @@ class RFTReport(BaseModel):
     losses: tuple[float, ...]
     seconds: float
     reason: str = ""
-    discovery_passes: int = 0  # passing Discovery attempts on the training tasks that joined the phase's own
+    discovery_passes: int = 0  # passing Discovery attempts that joined the phase's own
+    reject_passes: int = 0  # of those, on candidates Discovery verified but rejected for their difficulty
 
 
 def attempted(train: Sequence[Task], max_tasks: int | None, cycle: int) -> list[Task]:
@@ -116,6 +129,22 @@ def discovery_passes(folder: Path, task_ids: Iterable[str], route: str) -> dict[
             if t.task_id in wanted and passed(t) and any(h.kind == "answer" and h.route == route for h in t.hops):
                 found.setdefault(t.task_id, []).append(t)
     return found
+
+
+MEASURED_REJECTIONS = ("too_easy", "too_hard", "undecided")  # verified in the sandbox, then the solve rate decided
+
+
+def verified_rejects(folder: Path) -> list[Task]:
+    """The candidates in a Discovery stage ``folder`` that passed sandbox verification and were rejected only
+    for their measured solve rate (``rejected.parquet``)."""
+    from mindforge.discovery.records import Decision
+    from mindforge.store import read_parquet
+
+    path = Path(folder) / "rejected.parquet"
+    if not path.exists():
+        return []
+    return [Task.model_validate(d.task) for d in read_parquet(path, Decision)
+            if d.reason in MEASURED_REJECTIONS and d.task is not None and d.attempts]
 
 
 def with_discovery(groups: Sequence[Sequence[Trajectory]],

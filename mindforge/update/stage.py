@@ -238,7 +238,7 @@ class _Run:
                                params=self.cfg.model_dump(mode="json"), purge_step=resume.step if resume else None)
         try:
             trainer = self.svc.make_trainer(policy, self._grpo_fields())
-            rft = self._rft_phase(policy, trainer, train, served, before, resume, tracker)
+            rft = self._rft_phase(policy, trainer, train, held, served, before, resume, tracker)
             self.grpo_tasks = [t for t in train if t.id in set(rft.spread_tasks)] if rft and rft.spread_tasks else train
             curve = self._train(policy, trainer, before, resume, tracker, rft_trained=bool(rft and rft.steps))
             entry = self._save(policy, parent, train, curve, rft)
@@ -338,8 +338,8 @@ class _Run:
             **common)
 
     # ------------------------------------------------------------------ rejection sampling
-    def _rft_phase(self, policy: Any, trainer: Any, train: Sequence[Task], served: str, before: RewardStats,
-                   resume: Checkpoint | None, tracker: Tracker) -> RFTReport | None:
+    def _rft_phase(self, policy: Any, trainer: Any, train: Sequence[Task], held: Sequence[Task], served: str,
+                   before: RewardStats, resume: Checkpoint | None, tracker: Tracker) -> RFTReport | None:
         """Attempts, keep the passes, fine-tune on them (``rft``); checkpointed as step 0 of the loop."""
         import time
 
@@ -358,8 +358,8 @@ class _Run:
         groups = self._rollouts(tasks, served, cfg.attempts, 2_000_000, self.cfg.max_tokens,
                                 temperature=cfg.temperature)
         persist(groups, self.out / "trajectories", "rft-attempts")
-        found = (rejection.discovery_passes(self.run_dir.stage(self.cfg.cycle, "discovery") / "trajectories",
-                                            (t.id for t in train), self.route) if cfg.reuse_discovery else {})
+        found = (rejection.discovery_passes(self.discovery / "trajectories", self._discovery_ids(train, held), self.route)
+                 if cfg.reuse_discovery else {})
         kept = rejection.keep(rejection.with_discovery(groups, found), cfg.max_per_task)
         samples = rejection.samples_of(kept, self.route)
         losses: list[float] = []
@@ -374,10 +374,12 @@ class _Run:
             tasks_with_pass=sum(any(rejection.passed(t) for t in g) for g in groups), kept=len(samples),
             spread_tasks=rejection.spread(groups), steps=len(losses), losses=tuple(losses),
             discovery_passes=sum(map(len, found.values())),
+            reject_passes=sum(len(v) for k, v in found.items() if k not in {t.id for t in train}),
             seconds=round(time.monotonic() - start, 1),
             reason="" if samples else "no attempt passed: nothing to fine-tune on (reported, not skipped silently)")
         self.svc.log(f"rft: {passes}/{len(attempts)} attempts passed on {report.tasks_with_pass}/{len(tasks)} tasks, "
-                     f"and {report.discovery_passes} of Discovery's on {len(found)} tasks; {len(samples)} answers kept, "
+                     f"and {report.discovery_passes} of Discovery's on {len(found)} tasks ({report.reject_passes} on its "
+                     f"verified rejects); {len(samples)} answers kept, "
                      f"{len(losses)} steps; {len(report.spread_tasks)} tasks with a spread")
         tracker.log(0, {"rft/pass_rate": report.pass_rate, "rft/kept": float(report.kept),
                         **({"rft/nll_first": losses[0], "rft/nll_last": losses[-1]} if losses else {})})
@@ -385,6 +387,22 @@ class _Run:
             "fingerprint": self.fingerprint, "curve": [], "before": before.model_dump(),
             "rft": report.model_dump(mode="json")})
         return report
+
+    @property
+    def discovery(self) -> Path:
+        return self.run_dir.stage(self.cfg.cycle, "discovery")
+
+    def _discovery_ids(self, train: Sequence[Task], held: Sequence[Task]) -> set[str]:
+        """The tasks whose Discovery passes join rejection sampling: the training tasks, and with
+        ``discovery_rejects`` this cycle's verified rejects of the route's family (never a held-out or
+        sealed task)."""
+        ids = {t.id for t in train}
+        if self.cfg.rft.discovery_rejects:
+            rejects = [t for t in rejection.verified_rejects(self.discovery) if t.family == self.route]
+            if self.svc.sealed is not None:
+                self.svc.sealed.refuse(rejects, f"Discovery's verified rejects ({self.discovery / 'rejected.parquet'})")
+            ids |= {t.id for t in rejects}
+        return ids - {t.id for t in held}
 
     def _tasks(self) -> tuple[list[Task], list[Task], str]:
         """Training and held-out validation tasks of the route, and where they came from."""
