@@ -22,6 +22,7 @@ from update_standins import fresh_adapter, tiny_base, tiny_update
 from mindforge.catalog import WEIGHTS_FILE
 
 KILL_AT = 1  # finished steps when the child is killed (of 3)
+RFT = {"attempts": 1, "max_tasks": 2, "epochs": 1}  # a rejection-sampling phase before GRPO: its report survives
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def _killed_run(run_dir: Path, base: Path, adapter: Path) -> None:
             if row is None and done == {KILL_AT}:  # step {KILL_AT} starts: its checkpoint is written
                 time.sleep(600)
 
-        tiny_update(Path({str(run_dir)!r}), Path({str(base)!r}), Path({str(adapter)!r}), progress)
+        tiny_update(Path({str(run_dir)!r}), Path({str(base)!r}), Path({str(adapter)!r}), progress, rft={RFT!r})
     """)
     tests = str(Path(__file__).parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
@@ -70,7 +71,7 @@ def test_a_killed_update_resumes_to_the_same_adapter(tmp_path: Path, parts: tupl
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     base, adapter = parts
-    whole = tiny_update(tmp_path / "whole", base, adapter)
+    whole = tiny_update(tmp_path / "whole", base, adapter, rft=RFT)
 
     resumed_dir = tmp_path / "resumed"
     _killed_run(resumed_dir, base, adapter)
@@ -78,9 +79,11 @@ def test_a_killed_update_resumes_to_the_same_adapter(tmp_path: Path, parts: tupl
     assert not (out / "DONE.json").exists() and (out / "checkpoints" / f"step-{KILL_AT:04d}").is_dir()
     started: list[int] = []
     resumed = tiny_update(resumed_dir, base, adapter,
-                          lambda done, total, row: started.append(done) if row is None else None)
+                          lambda done, total, row: started.append(done) if row is None else None, rft=RFT)
 
     assert started == [1, 2]  # steps before the checkpoint were not trained again
+    assert whole.rft is not None and resumed.rft is not None  # the phase's report, from the checkpoint
+    assert resumed.rft.model_dump(exclude={"seconds"}) == whole.rft.model_dump(exclude={"seconds"})
     a, b = _weights(whole), _weights(resumed)
     parent = _weights_of(adapter)
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)

@@ -221,6 +221,7 @@ class _Run:
         self.fingerprint = ""
         self.router_hcp: Path | None = None  # the HCP router training left, when it promoted
         self.grpo_tasks: list[Task] = []
+        self.rft_state: dict[str, Any] | None = None  # every checkpoint carries it: a resumed run reports and uses it
         self.reward: RewardKind = config.reward or HCP_REWARDS[self.doc["guarded"]["verifier"]["reward"]]
 
     # ------------------------------------------------------------------ phases
@@ -239,6 +240,7 @@ class _Run:
         try:
             trainer = self.svc.make_trainer(policy, self._grpo_fields())
             rft = self._rft_phase(policy, trainer, train, held, served, before, resume, tracker)
+            self.rft_state = rft.model_dump(mode="json") if rft else None
             self.grpo_tasks = [t for t in train if t.id in set(rft.spread_tasks)] if rft and rft.spread_tasks else train
             curve = self._train(policy, trainer, before, resume, tracker, rft_trained=bool(rft and rft.steps))
             entry = self._save(policy, parent, train, curve, rft)
@@ -507,7 +509,7 @@ class _Run:
             if (step + 1) % self.cfg.checkpoint_every == 0 or step + 1 == self.cfg.steps:
                 save_checkpoint(self.checkpoints, step + 1, policy, trainer, {
                     "fingerprint": self.fingerprint, "curve": [r.model_dump() for r in curve],
-                    "before": before.model_dump()})
+                    "before": before.model_dump(), "rft": self.rft_state})
             if self.svc.progress:
                 self.svc.progress(step + 1, self.cfg.steps, row)
             if step + 1 < self.cfg.steps:
