@@ -282,6 +282,11 @@ def test_a_later_cycle_starts_from_the_earlier_cycles_levels_and_record(tmp_path
     assert kind_record(kinds, fresh, history) == {k: (a * HISTORY_DECAY, n * HISTORY_DECAY) for k, (a, n) in own.items()}
     carried = kind_record(kinds, open_journal(one), history)
     assert carried == {k: (a * (1 + HISTORY_DECAY), n * (1 + HISTORY_DECAY)) for k, (a, n) in own.items()}
+    # cycle 2's plan: its new procedural candidates start at level 1, and none repeats one cycle 1 judged
+    proposals = plan(two, DiscoveryServices(verifier=None), archive.task_pool(two), open_journal(two))
+    judged = {structure_hash(parse_candidate(p.data)) for p in open_journal(one).proposals.values() if p.data}
+    assert len(proposals) == 16 and {p.level for p in proposals if p.level is not None} == {1}
+    assert not judged & {structure_hash(parse_candidate(p.data)) for p in proposals}
 
 
 def test_in_band_decisions_hold_the_level(tmp_path: Path) -> None:

@@ -128,20 +128,20 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
 
     decisions: list[Decision] = []
     rejects = [candidate(1, "L2", "too_easy", 4), candidate(2, "L1", "too_easy", 4),
-               candidate(3, "L2", "reference_fails", None)]
+               candidate(3, "L2", "reference_fails", None), candidate(4, "L2", "too_hard", 4)]
     write_parquet(decisions, tmp_path / "cycles/1/discovery/rejected.parquet")
     persist([[attempt(t, "L2", True, 0), attempt(t, "L2", True, 1)] for t in rejects],
             tmp_path / "cycles/1/discovery/trajectories", "rejects")
     config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=0, group_size=2, validation_tasks=3, validation_samples=1,
                           probe_prompts=1, validate_after=False, router={"enabled": False},
-                          rft={"attempts": 1, "max_tasks": 2, "epochs": 1, "batch_size": 64,
+                          rft={"attempts": 1, "max_tasks": 2, "epochs": 1, "batch_size": 128,
                                "reuse_discovery": reuse})
     rft = run_update(config, svc).rft
     assert rft.passes == 0  # the phase's own attempts all failed
-    if reuse:  # Discovery's L2 passes on every training task joined, and the too-easy L2 reject's two distinct
-        # passes; the 3 held-out tasks', the L1 reject's and the unverified one's did not
-        assert rft.reject_passes == 2
-        assert rft.discovery_passes == rft.kept == len(seeds) - 3 + 2 and rft.steps == 1
+    if reuse:  # Discovery's L2 passes on every training task joined, and the two distinct passes of each measured
+        # L2 reject (too easy, too hard); the 3 held-out tasks', the L1 reject's and the unverified one's did not
+        assert rft.reject_passes == 4
+        assert rft.discovery_passes == rft.kept == len(seeds) - 3 + 4 and rft.steps == 1
     else:
         assert rft.discovery_passes == rft.kept == rft.steps == 0 and "no attempt passed" in rft.reason
 

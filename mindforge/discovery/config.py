@@ -15,9 +15,10 @@ Why the knobs exist (the ways published task-synthesis pipelines go wrong):
 - ``budget``: candidates proposed and judged this cycle (the unit a rerun
   resumes in).
 - ``round_size``, ``start_level``: candidates are planned a round at a time,
-  and a generated kind starts at ``start_level`` and then follows its
-  staircase (see ``stage.levels``): a fixed difficulty wastes a small
-  model's budget on tasks it always or never solves.
+  and a generated kind starts at ``start_level`` in a run's first cycle
+  (later cycles where the last one left it) and then follows its staircase
+  (see ``stage.levels``): a fixed difficulty wastes a small model's budget
+  on tasks it always or never solves.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ router sent elsewhere (before router training, L2 tasks went to L0) add
 nothing. Held-out validation tasks are never among them.
 
 With ``discovery_rejects`` the passes on candidates Discovery verified and
-measured but did not keep, because the model solved them too often (or,
-rarely, because its interval stayed across the band), join as well: the
+measured but did not keep, because the model solved them too often (or
+too rarely, or its interval stayed across the band), join as well: the
 sandbox ran the reference twice and the decoys failed, so a passing answer
 is a correct program all the same (ReST-EM trains on every verified success,
 easy ones included). Measured on the last efficacy run: 4 to 7 such
@@ -62,7 +62,7 @@ class RejectionSampling(BaseModel):
     # 0.438 -> 0.434 / 0.424 / 0.406 / 0.432 / 0.513 at 3e-5 / 1e-4 / 3e-4 / 1e-3 / 3e-3.
     lr: float = Field(default=3e-4, gt=0)
     reuse_discovery: bool = True  # Discovery's verified solve-rate attempts on the training tasks join the passes
-    # ... and on the candidates it verified but rejected for their difficulty (too easy, undecided)
+    # ... and on the candidates it verified but rejected for their difficulty (too easy, too hard, undecided)
     discovery_rejects: bool = True
 
 
