@@ -18,7 +18,6 @@ from mindforge.discovery.novelty import NoveltyIndex, structure_hash
 from mindforge.discovery.proposers import model as model_proposer
 from mindforge.discovery.proposers import procedural
 from mindforge.discovery.proposers.base import Proposal
-from mindforge.discovery.records import Decision
 from mindforge.discovery.stage import (
     DiscoveryServices,
     earlier_journals,
@@ -29,6 +28,7 @@ from mindforge.discovery.stage import (
     round_ends,
     screen,
 )
+from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Task
 
 

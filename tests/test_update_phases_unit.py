@@ -114,8 +114,8 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
             tmp_path / "cycles/1/discovery/trajectories", "attempts")
     # Candidates Discovery rejected: verified and too easy (its passes are correct programs), verified of another
     # family, and one whose reference failed (its "passes" prove nothing).
-    from mindforge.discovery.records import Decision
     from mindforge.store import write_parquet
+    from mindforge.tasks.decisions import Decision
 
     def candidate(i: int, family: str, reason: str, attempts: int | None) -> Task:
         task = Task(family=family, prompt=f"Write a Python function `plus_{i}(x)` that adds {i}.",

@@ -111,7 +111,7 @@ def _print_result(result) -> None:
     if result.rft is not None:
         f = result.rft
         console.print(f"rejection sampling: {f.passes}/{f.attempts} attempts passed on {f.tasks_with_pass}/{f.tasks} "
-                      f"tasks, and {f.discovery_passes} of Discovery's; {f.kept} answers kept, {f.steps} steps (nll {f.losses[:1]} -> {f.losses[-1:]}); "
+                      f"tasks, and {f.discovery_passes} of Discovery's ({f.reject_passes} on its verified rejects); {f.kept} answers kept, {f.steps} steps (nll {f.losses[:1]} -> {f.losses[-1:]}); "
                       f"{len(f.spread_tasks)} tasks with a spread for GRPO" + (f"; {f.reason}" if f.reason else ""))
     p = result.parity
     console.print(f"route {result.route}: trained {result.candidate}; serving {result.version}"

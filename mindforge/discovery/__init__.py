@@ -13,6 +13,7 @@ when its services are opened.
 """
 
 from mindforge.discovery.config import DiscoveryConfig
-from mindforge.discovery.records import REASONS, Decision, DiscoveryResult
+from mindforge.discovery.records import DiscoveryResult
+from mindforge.tasks.decisions import REASONS, Decision
 
 __all__ = ["REASONS", "Decision", "DiscoveryConfig", "DiscoveryResult"]

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mindforge.discovery.proposers.base import Proposal
-from mindforge.discovery.records import Decision
 from mindforge.store import JsonLog
+from mindforge.tasks.decisions import Decision
 
 
 class Journal:

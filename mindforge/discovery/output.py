@@ -13,8 +13,9 @@ from pathlib import Path
 
 from mindforge.discovery.config import DiscoveryConfig
 from mindforge.discovery.journal import Journal
-from mindforge.discovery.records import Decision, DiscoveryResult
+from mindforge.discovery.records import DiscoveryResult
 from mindforge.store import RunDir, read_parquet, write_parquet
+from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Provenance, Task
 
 

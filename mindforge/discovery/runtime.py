@@ -29,7 +29,6 @@ from pathlib import Path
 
 from mindforge.discovery import archive
 from mindforge.discovery.config import DiscoveryConfig
-from mindforge.discovery.records import Decision
 from mindforge.discovery.stage import Candidate, DiscoveryServices, judge_candidate, stage_dir
 from mindforge.fanout import Mapper, per_process
 from mindforge.harness import task_runner
@@ -38,6 +37,7 @@ from mindforge.rollouts import HarnessSolver, persist
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
 from mindforge.tasks import benchmarks
+from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Task
 
 

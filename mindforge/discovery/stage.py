@@ -53,13 +53,14 @@ from mindforge.discovery.output import finish
 from mindforge.discovery.proposers import model as model_proposer
 from mindforge.discovery.proposers import procedural
 from mindforge.discovery.proposers.base import Proposal
-from mindforge.discovery.records import Decision, DiscoveryResult
+from mindforge.discovery.records import DiscoveryResult
 from mindforge.discovery.verify import InfraError, verify
 from mindforge.errors import MindForgeError
 from mindforge.fanout import Mapper, ThreadMapper
 from mindforge.rollouts import Verifier
 from mindforge.store import RunDir
 from mindforge.tasks.benchmarks import SealedSet
+from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Task
 
 

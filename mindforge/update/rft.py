@@ -137,8 +137,8 @@ MEASURED_REJECTIONS = ("too_easy", "too_hard", "undecided")  # verified in the s
 def verified_rejects(folder: Path) -> list[Task]:
     """The candidates in a Discovery stage ``folder`` that passed sandbox verification and were rejected only
     for their measured solve rate (``rejected.parquet``)."""
-    from mindforge.discovery.records import Decision
     from mindforge.store import read_parquet
+    from mindforge.tasks.decisions import Decision
 
     path = Path(folder) / "rejected.parquet"
     if not path.exists():

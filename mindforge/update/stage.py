@@ -396,15 +396,19 @@ class _Run:
 
     def _discovery_ids(self, train: Sequence[Task], held: Sequence[Task]) -> set[str]:
         """The tasks whose Discovery passes join rejection sampling: the training tasks, and with
-        ``discovery_rejects`` this cycle's verified rejects of the route's family (never a held-out or
-        sealed task)."""
+        ``discovery_rejects`` this cycle's verified rejects of the route's family, within ``max_difficulty``
+        (never a held-out or sealed task)."""
         ids = {t.id for t in train}
         if self.cfg.rft.discovery_rejects:
-            rejects = [t for t in rejection.verified_rejects(self.discovery) if t.family == self.route]
+            rejects = [t for t in rejection.verified_rejects(self.discovery)
+                       if t.family == self.route and self._within_difficulty(t)]
             if self.svc.sealed is not None:
                 self.svc.sealed.refuse(rejects, f"Discovery's verified rejects ({self.discovery / 'rejected.parquet'})")
             ids |= {t.id for t in rejects}
         return ids - {t.id for t in held}
+
+    def _within_difficulty(self, task: Task) -> bool:
+        return self.cfg.max_difficulty is None or (task.provenance.difficulty or 1) <= self.cfg.max_difficulty
 
     def _tasks(self) -> tuple[list[Task], list[Task], str]:
         """Training and held-out validation tasks of the route, and where they came from."""
@@ -415,8 +419,7 @@ class _Run:
                                         want=self.cfg.validation_tasks + self.cfg.batch_tasks)
         if self.svc.sealed is not None:
             self.svc.sealed.refuse(tasks, f"Update's tasks ({source})")
-        if self.cfg.max_difficulty is not None:
-            tasks = [t for t in tasks if (t.provenance.difficulty or 1) <= self.cfg.max_difficulty]
+        tasks = [t for t in tasks if self._within_difficulty(t)]
         train, held = split(tasks, self.cfg.validation_tasks, self.cfg.seed)
         if self.cfg.max_train_tasks is not None:
             train = train[: self.cfg.max_train_tasks]
