@@ -1,12 +1,14 @@
 """Learning-rate sweep of the rejection-sampling phase on a run's own verified answers.
 
     python benchmarks/rft_lr_sweep.py RUN_DIR [--cycles 1,2,3] [--lrs 3e-5,1e-4,3e-4,1e-3] [--epochs 2]
+                                      [--with-discovery]
 
 Reads the attempts the Updates of the given cycles made (``cycles/N/update/
 trajectories/rft-attempts.parquet``; several cycles pool their verified
 answers, a task's attempts from every cycle counted together), keeps the
-passes as the phase does, and splits them
-by task (hashed ids: a quarter of the tasks held out). For each learning
+passes as the phase does (``--with-discovery``: with Discovery's passes, as
+the phase trains on them), and splits them by task (hashed ids: a quarter of
+the tasks with a pass held out). For each learning
 rate it fine-tunes the route's starting adapter from the run's catalog with
 the phase's own ``supervised_fit`` and reports the mean per-token NLL of the
 held-out tasks' correct answers before and after (lower: the adapter puts
@@ -65,6 +67,8 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-per-task", type=int, default=2)
+    ap.add_argument("--with-discovery", action="store_true",
+                    help="also Discovery's passes answered by the route in those cycles, as the phase trains on them")
     args = ap.parse_args()
 
     attempts: list[Trajectory] = []
@@ -78,12 +82,22 @@ def main() -> int:
     by_task: dict[str, list[Trajectory]] = {}
     for t in attempts:
         by_task.setdefault(t.task_id, []).append(t)
-    held_ids = {tid for tid in by_task if int(hashlib.sha256(tid.encode()).hexdigest(), 16) % 4 == 0}
+    if args.with_discovery:
+        for c in args.cycles.split(","):
+            found = rft.discovery_passes(args.run_dir / "cycles" / c.strip() / "discovery" / "trajectories", None,
+                                         args.route)
+            for tid, passes in found.items():
+                by_task.setdefault(tid, []).extend(passes)
     kept = rft.keep([g for tid, g in sorted(by_task.items())], args.max_per_task)
+    # A quarter of the tasks that have a kept answer, at least one, by hashed id: passes are sparse (a run's
+    # attempts passed on 6 of 36 tasks), and a split over all tasks can leave the held-out side empty.
+    passing = sorted((g[0].task_id for g in kept if g), key=lambda tid: hashlib.sha256(tid.encode()).hexdigest())
+    held_ids = set(passing[:max(1, len(passing) // 4)]) if len(passing) > 1 else set()
     train_groups = [g for g in kept if g and g[0].task_id not in held_ids]
     held_groups = [g for g in kept if g and g[0].task_id in held_ids]
     train, held = rft.samples_of(train_groups, args.route), rft.samples_of(held_groups, args.route)
-    print(f"{path}: {len(attempts)} attempts on {len(by_task)} tasks; passes kept: {len(train)} answers of "
+    print(f"{path}: {len(attempts)} attempts (and Discovery's passes: {args.with_discovery}) on {len(by_task)} "
+          f"tasks; passes kept: {len(train)} answers of "
           f"{len(train_groups)} training tasks, {len(held)} of {len(held_groups)} held-out tasks", flush=True)
     if not train or not held:
         raise SystemExit("too few passes to sweep: need passing answers on both sides of the split")

@@ -144,6 +144,11 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
         assert rft.discovery_passes == rft.kept == len(seeds) - 3 + 4 and rft.steps == 1
     else:
         assert rft.discovery_passes == rft.kept == rft.steps == 0 and "no attempt passed" in rft.reason
+    from mindforge.update.rft import discovery_passes
+
+    # No ids: every task with a pass on the route (what the learning-rate sweep reads).
+    every = discovery_passes(tmp_path / "cycles/1/discovery/trajectories", None, "L2")
+    assert set(every) == {t.id for t in [*seeds, *rejects]} and all(len(v) in (1, 2) for v in every.values())
 
 
 def _verdict(task, ok: bool):

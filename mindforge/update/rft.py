@@ -117,16 +117,16 @@ def keep(groups: Sequence[Sequence[Trajectory]], max_per_task: int) -> list[list
     return out
 
 
-def discovery_passes(folder: Path, task_ids: Iterable[str], route: str) -> dict[str, list[Trajectory]]:
+def discovery_passes(folder: Path, task_ids: Iterable[str] | None, route: str) -> dict[str, list[Trajectory]]:
     """Task id -> the passing attempts Discovery stored in ``folder`` (its ``trajectories``) for ``task_ids``
-    that ``route`` answered (the router may have sent a task elsewhere)."""
+    (None: every task) that ``route`` answered (the router may have sent a task elsewhere)."""
     from mindforge.store import read_parquet
 
-    wanted = set(task_ids)
+    wanted = None if task_ids is None else set(task_ids)
     found: dict[str, list[Trajectory]] = {}
     for shard in sorted(Path(folder).glob("*.parquet")) if Path(folder).is_dir() else ():
         for t in read_parquet(shard, Trajectory):
-            if t.task_id in wanted and passed(t) and any(h.kind == "answer" and h.route == route for h in t.hops):
+            if (wanted is None or t.task_id in wanted) and passed(t) and any(h.kind == "answer" and h.route == route for h in t.hops):
                 found.setdefault(t.task_id, []).append(t)
     return found
 
