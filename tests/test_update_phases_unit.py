@@ -101,7 +101,8 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
     catalog, engine = _catalog(tmp_path, base_path, ("L2",))
     svc = services(catalog, engine, base_path, read_json(default_hcp_path()), grpo_trainer)
     svc.verifier.verify_many = lambda jobs: [_verdict(task, False) for task, _ in jobs]
-    seeds = [t for t in load_tasks(seed_tasks_dir()) if t.family == "L2"]
+    # max_difficulty 2 below: the harder seeds are not Update's tasks at all.
+    seeds = [t for t in load_tasks(seed_tasks_dir()) if t.family == "L2" and (t.provenance.difficulty or 1) <= 2]
 
     def attempt(task, route: str, ok: bool, sample: int) -> Trajectory:
         hop = Hop(kind="answer", route=route, adapter=f"mf-{route}-v0000", prompt_ids=tuple(prompt_ids(task)),
@@ -113,14 +114,15 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
     persist([[attempt(t, "L2", True, 0), attempt(t, "L0", True, 1), attempt(t, "L2", False, 2)] for t in seeds],
             tmp_path / "cycles/1/discovery/trajectories", "attempts")
     # Candidates Discovery rejected: verified and too easy (its passes are correct programs), verified of another
-    # family, and one whose reference failed (its "passes" prove nothing).
+    # family, one whose reference failed (its "passes" prove nothing), and one above max_difficulty.
     from mindforge.store import write_parquet
     from mindforge.tasks.decisions import Decision
 
-    def candidate(i: int, family: str, reason: str, attempts: int | None) -> Task:
+    def candidate(i: int, family: str, reason: str, attempts: int | None, difficulty: int = 1) -> Task:
         task = Task(family=family, prompt=f"Write a Python function `plus_{i}(x)` that adds {i}.",
                     output_kind="function", entry_point=f"plus_{i}", reference=f"def plus_{i}(x):\n    return x + {i}\n",
-                    tests=[{"name": "t0", "code": f"assert plus_{i}(1) == {i + 1}"}])
+                    tests=[{"name": "t0", "code": f"assert plus_{i}(1) == {i + 1}"}],
+                    provenance={"difficulty": difficulty})
         decisions.append(Decision(index=i, proposer="procedural/function", accepted=False, reason=reason,
                                   task_id=task.id, family=family, task=task.model_dump(mode="json"),
                                   passes=attempts, attempts=attempts))
@@ -128,18 +130,20 @@ def test_discoverys_verified_attempts_on_training_tasks_join_the_passes(tmp_path
 
     decisions: list[Decision] = []
     rejects = [candidate(1, "L2", "too_easy", 4), candidate(2, "L1", "too_easy", 4),
-               candidate(3, "L2", "reference_fails", None), candidate(4, "L2", "too_hard", 4)]
+               candidate(3, "L2", "reference_fails", None), candidate(4, "L2", "too_hard", 4),
+               candidate(5, "L2", "too_easy", 4, difficulty=3)]
     write_parquet(decisions, tmp_path / "cycles/1/discovery/rejected.parquet")
     persist([[attempt(t, "L2", True, 0), attempt(t, "L2", True, 1)] for t in rejects],
             tmp_path / "cycles/1/discovery/trajectories", "rejects")
     config = UpdateConfig(run_dir=tmp_path, cycle=1, steps=0, group_size=2, validation_tasks=3, validation_samples=1,
-                          probe_prompts=1, validate_after=False, router={"enabled": False},
+                          probe_prompts=1, validate_after=False, router={"enabled": False}, max_difficulty=2,
                           rft={"attempts": 1, "max_tasks": 2, "epochs": 1, "batch_size": 128,
                                "reuse_discovery": reuse})
     rft = run_update(config, svc).rft
     assert rft.passes == 0  # the phase's own attempts all failed
     if reuse:  # Discovery's L2 passes on every training task joined, and the two distinct passes of each measured
-        # L2 reject (too easy, too hard); the 3 held-out tasks', the L1 reject's and the unverified one's did not
+        # L2 reject (too easy, too hard); the 3 held-out tasks', the L1 reject's, the unverified one's and the
+        # too difficult one's did not
         assert rft.reject_passes == 4
         assert rft.discovery_passes == rft.kept == len(seeds) - 3 + 4 and rft.steps == 1
     else:
