@@ -9,8 +9,9 @@
    loaded into it through the same ``/v1/load_lora_adapter`` contract when it
    does not list them) and prints the embedded engine's ratio to it;
    ``--vllm`` starts vLLM's CPU build through the project's own backend
-   (``EngineProcess(backend="vllm")``, fp32, the same adapters) and compares
-   it the same way.
+   (``EngineProcess(backend="vllm")``, the same dtype and adapters) and
+   compares it the same way. ``--dtype bfloat16`` runs both engines in
+   bfloat16 (``settings.engine_dtype``; default float32, the trainer's).
 1. Batched against sequential generation: the same 8 greedy requests (adapters
    L0-L3 mixed, a fixed number of tokens each) sent one after another, then
    all at once. Prints tokens/s of each and the ratio (goal: >= 3x).
@@ -48,7 +49,7 @@ from mindforge.engine.launch import EngineProcess
 from mindforge.engine.metrics import parse_metrics
 from mindforge.engine.registry import init_adapters
 from mindforge.paths import default_hcp_path
-from mindforge.settings import load_settings
+from mindforge.settings import ENGINE_DTYPES, load_settings
 
 ROUTES = ("L0", "L1", "L2", "L3")
 TOPICS = ["rivers", "prime numbers", "sorting", "volcanoes", "bread", "chess", "tides", "compilers"]
@@ -238,9 +239,13 @@ def main() -> None:
     ap.add_argument("--only", choices=("all", "throughput"), default="all", help="run only the throughput section")
     ap.add_argument("--tokens", type=int, default=48, help="tokens each of the 8 batched/sequential requests generates")
     ap.add_argument("--repeats", type=int, default=3, help="conversations timed for the prefix cache")
+    ap.add_argument("--dtype", choices=ENGINE_DTYPES, help="both engines' dtype (default: settings.engine_dtype)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     settings = load_settings()
+    if args.dtype:
+        settings = settings.model_copy(update={"engine_dtype": args.dtype})
+    print(f"engines compute in {settings.engine_dtype}", flush=True)
     from mindforge.engine.registry import resolve_model
 
     model_path = resolve_model(settings.model, settings)
@@ -257,7 +262,7 @@ def main() -> None:
                 # share the machine alike (the levels alternate between them).
                 started = time.perf_counter()
                 vllm = stack.enter_context(EngineProcess(settings.model, adapters, settings=settings, backend="vllm"))
-                print(f"vLLM (fp32, the project's backend) answered /health {time.perf_counter() - started:.0f} s "
+                print(f"vLLM ({settings.engine_dtype}, the project's backend) answered /health {time.perf_counter() - started:.0f} s "
                       "after start", flush=True)
                 with httpx.Client(base_url=vllm.url, timeout=600) as other:
                     complete(other, model="L0", prompt="warm up", max_tokens=4)

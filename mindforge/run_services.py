@@ -80,7 +80,16 @@ class RunServices(BaseModel):
         return self.engine_url
 
     def admin(self) -> EngineAdmin:
-        return EngineAdmin(self.require_engine(), api_key=self.settings.api_key)
+        return EngineAdmin(self.require_engine(), api_key=self.settings.api_key,
+                           declared_dtype=self.settings.engine_dtype)
+
+    def engine_dtype(self) -> str:
+        """What the run's engine computes in: as it reports it, else as the settings declare it."""
+        admin = self.admin()
+        try:
+            return admin.dtype() or self.settings.engine_dtype
+        finally:
+            admin.close()
 
     def generation_counters(self) -> dict[str, float] | None:
         """The engine's token counters now (None without an engine or without counters): a cycle

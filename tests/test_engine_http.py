@@ -216,3 +216,25 @@ def test_engine_process_reports_a_bad_adapter_with_the_log(tmp_path):
 
     with pytest.raises(EngineStartError, match="adapter_config.json"):
         EngineProcess(MODEL, {"X": tmp_path}, settings=Settings(), startup_timeout_s=120).start()
+
+
+def test_a_bfloat16_engine_says_so_and_stays_within_the_probes_bf16_bound(adapters, tmp_path):
+    from mindforge.engine import EngineProcess
+    from mindforge.engine.admin import EngineAdmin
+    from mindforge.update.handoff import ProbeConfig
+
+    settings = Settings(engine_dtype="bfloat16")
+    with (EngineProcess(MODEL, {"L1": adapters["L1"]}, settings=settings, log_path=tmp_path / "engine.log") as proc,
+          httpx.Client(base_url=proc.url, timeout=300) as client):
+        assert client.get("/health").json() == {"status": "ok", "dtype": "bfloat16"}
+        admin = EngineAdmin(proc.url)
+        assert admin.dtype() == "bfloat16"
+        admin.close()
+        prompt = [1, 4093, 198, 504, 3575, 282, 4649, 314, 2]
+        body = complete(client, model="L1", prompt=prompt, max_tokens=8, temperature=1.0, top_p=1.0, seed=11,
+                        logprobs=1, return_token_ids=True)
+    choice = body["choices"][0]
+    ref = reference(adapters["L1"], prompt + choice["token_ids"])[len(prompt) - 1:]
+    diff = (torch.tensor(choice["logprobs"]["token_logprobs"]) - ref).abs().max().item()
+    # Really computed in bfloat16 (fp32 agrees to ~1e-5), and within the bound its hand-off probe uses.
+    assert 1e-4 < diff < ProbeConfig().bf16_tolerance, diff

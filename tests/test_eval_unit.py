@@ -179,6 +179,25 @@ def test_each_cycle_is_paired_with_the_previous_one_and_with_cycle_0(tmp_path: P
     assert [r.cycle for r in efficacy(tmp_path)] == [0, 1, 2]
 
 
+def test_a_bfloat16_engines_eval_has_its_own_key_and_is_paired_only_with_bfloat16_evals(tmp_path: Path) -> None:
+    ids = [t.id for t in TASKS]
+    fp32 = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(StandInSolver(passing=set(ids[:1]))))
+    bf16_services = _services(StandInSolver(passing=set(ids[:2])))
+    bf16_services.engine_dtype = "bfloat16"
+    bf16 = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), bf16_services)
+    assert bf16.key != fp32.key and not bf16.reused and bf16.summary()["engine_dtype"] == "bfloat16"
+    assert "engine_dtype" not in fp32.summary() and fp32.engine_dtype == "float32"
+    later = _services(StandInSolver(passing=set(ids[:3])))  # a float32 cycle 1 after the bf16 cycle 0
+    one = run_eval(EvalConfig(run_dir=tmp_path, cycle=1), later)
+    assert one.vs_cycle0 is None and one.vs_previous is None  # no float32 eval to pair with is left
+    later_bf16 = _services(StandInSolver(passing=set(ids[:3])))
+    later_bf16.engine_dtype = "bfloat16"
+    two = run_eval(EvalConfig(run_dir=tmp_path, cycle=2), later_bf16)
+    # The same configuration as cycle 0's bf16 eval: its rows are reused, and it is paired with that eval
+    # (cycle 0), not with cycle 1's float32 one.
+    assert two.reused and two.key == bf16.key and two.previous_cycle == 0 and two.vs_cycle0.n == len(TASKS)
+
+
 def test_a_diagnostic_eval_is_stored_beside_the_cycles_eval_never_as_it(tmp_path: Path) -> None:
     ids = [t.id for t in TASKS]
     cycle0 = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(StandInSolver(passing=set(ids[:1]))))

@@ -95,6 +95,23 @@ def test_corrupted_weights_fail_the_probe_and_roll_back(setup) -> None:
     assert not (tmp / "hcp").exists()
 
 
+def test_a_bfloat16_engine_is_held_to_the_bf16_bound_and_an_fp32_one_to_1e_3(setup) -> None:
+    setup.impl.logprob_shift = 0.05  # bf16 rounding's size on the default model (up to 0.12 measured)
+    setup.impl.dtype = "float32"
+    fp32 = _go(setup)
+    assert not fp32.promoted and fp32.parity.tolerance == 1e-3 and fp32.parity.max_abs_diff > 0.04
+    setup.impl.dtype = "bfloat16"
+    bf16 = _go(setup)
+    assert bf16.promoted and bf16.parity.ok and bf16.parity.tolerance == ProbeConfig().bf16_tolerance
+    assert "bfloat16" in bf16.parity.detail
+    # An engine that reports no dtype (vLLM, SGLang) is held to the one the settings declare for it.
+    setup.impl.dtype = None
+    silent = EngineAdmin("http://engine", transport=httpx.MockTransport(setup.impl.handle), declared_dtype="bfloat16")
+    again = setup.catalog.save("L2", write_peft_adapter(setup.policy, TRAIN_ADAPTER), prefix="mf-L2", parent=1)
+    declared = _go(setup, engine=silent, entry=again, doc=read_json(bf16.hcp_path))
+    assert declared.parity.ok and declared.parity.tolerance == ProbeConfig().bf16_tolerance
+
+
 def test_a_regression_rolls_back_and_noise_does_not(setup) -> None:
     impl = setup.impl
     before = RewardStats(mean=0.6, se=0.1, tasks=2, samples=4, dropped=0, per_task={"a": 0.5, "b": 0.7})

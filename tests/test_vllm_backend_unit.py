@@ -8,6 +8,7 @@ import pytest
 
 from mindforge.engine.launch import EngineProcess
 from mindforge.engine.vllm_backend import VllmMissing, vllm_command, vllm_env, vllm_python
+from mindforge.errors import InputError
 from mindforge.settings import Settings, load_settings
 
 SETTINGS = Settings()
@@ -22,6 +23,15 @@ def test_the_command_serves_fp32_with_runtime_lora_and_named_adapters() -> None:
                  "--max-loras 4", "--max-lora-rank 8", "--lora-modules mf-L0@v1=/a/L0 mf-L1@v1=/a/L1"):
         assert part in joined
     assert vllm_env({})["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    bf16 = vllm_command(Path("/py"), Path("/models/m"), "m", {}, host="127.0.0.1", port=8123, dtype="bfloat16")
+    assert "--dtype bfloat16" in " ".join(bf16)
+
+
+def test_the_engine_dtype_is_read_from_the_environment_and_checked() -> None:
+    assert load_settings({}).engine_dtype == "float32"
+    assert load_settings({"MINDFORGE_ENGINE_DTYPE": "bfloat16"}).engine_dtype == "bfloat16"
+    with pytest.raises(InputError, match="MINDFORGE_ENGINE_DTYPE: Input should be 'float32' or 'bfloat16'"):
+        load_settings({"MINDFORGE_ENGINE_DTYPE": "float16"})
 
 
 def test_a_missing_vllm_names_the_setup_command(monkeypatch) -> None:

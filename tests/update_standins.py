@@ -44,6 +44,8 @@ class StandInEngine:
         self.model = None
         self.loaded: list[str] = []
         self.calls: list[str] = []
+        self.dtype: str | None = None  # what /health reports; None: no /health (as vLLM's says nothing)
+        self.logprob_shift = 0.0  # added to every reported logprob: stands in for bf16 rounding
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -66,6 +68,8 @@ class StandInEngine:
             return httpx.Response(200, json={})
         if path == "/v1/completions":
             return httpx.Response(200, json=self._complete(body))
+        if path == "/health" and self.dtype is not None:
+            return httpx.Response(200, json={"status": "ok", "dtype": self.dtype})
         return httpx.Response(404)
 
     def _load(self, name: str, folder: str) -> None:
@@ -88,7 +92,7 @@ class StandInEngine:
                 logp = torch.log_softmax(out.logits[0, -1].float(), -1)
                 tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
                 ids.append(tok)
-                lps.append(float(logp[tok]))
+                lps.append(float(logp[tok]) + self.logprob_shift)
                 out = self.model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
         return {"choices": [{"token_ids": ids, "logprobs": {"token_logprobs": lps}}]}
 

@@ -9,7 +9,7 @@ import typer
 
 from mindforge.cli._common import choices, user_errors
 from mindforge.errors import InputError
-from mindforge.settings import ENGINE_BACKENDS
+from mindforge.settings import ENGINE_BACKENDS, ENGINE_DTYPES
 
 app = typer.Typer(help="The embedded OpenAI-compatible multi-LoRA engine.", no_args_is_help=True)
 
@@ -80,13 +80,16 @@ def serve(
         "--max-loras", min=1, help="vllm only: adapters batched together.")] = 4,
     max_lora_rank: Annotated[int, typer.Option(
         "--max-lora-rank", min=1, help="vllm only: the largest adapter rank served.")] = 8,
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", help="Weights and activations: float32 (the trainer's; parity 1e-3) or bfloat16 (faster, "
+        "logprobs within ~0.1).", show_default="settings.engine_dtype", **choices(*ENGINE_DTYPES))] = None,
 ) -> None:
     """Serve a base model and named LoRA adapters over the vLLM-compatible HTTP API."""
     import logging
 
     if backend == "vllm":
         _serve_vllm(model, adapter or [], host, port, port_file, served_model_name, exit_with_parent,
-                    max_loras, max_lora_rank)
+                    max_loras, max_lora_rank, dtype)
         return
 
     from mindforge.engine.server import build_engine
@@ -99,13 +102,14 @@ def serve(
         watch_parent()
     adapters = parse_adapters(adapter or [])
     engine = build_engine(model or settings.model, adapters, settings=settings, device=device,
-                          served_name=served_model_name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens)
+                          served_name=served_model_name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens,
+                          dtype=dtype or settings.engine_dtype)
     run_server(engine, host or settings.host, settings.engine_port if port is None else port, port_file)
 
 
 def _serve_vllm(model: str | None, adapter_specs: list[str], host: str | None, port: int | None,
                 port_file: Path | None, served_model_name: str | None, exit_with_parent: bool,
-                max_loras: int, max_lora_rank: int) -> None:
+                max_loras: int, max_lora_rank: int, dtype: str | None = None) -> None:
     from mindforge.engine import vllm_backend as vb
     from mindforge.engine.registry import resolve_model
     from mindforge.settings import load_settings
@@ -121,7 +125,7 @@ def _serve_vllm(model: str | None, adapter_specs: list[str], host: str | None, p
     chosen = chosen or vb.free_port(bind)
     adapters = parse_adapters(adapter_specs)
     cmd = vb.vllm_command(python, folder, served, adapters, host=bind, port=chosen, max_loras=max_loras,
-                          max_lora_rank=max_lora_rank)
+                          max_lora_rank=max_lora_rank, dtype=dtype or settings.engine_dtype)
     if exit_with_parent:
         watch_parent()
     url_host = f"[{bind}]" if ":" in bind else bind

@@ -69,7 +69,8 @@ def print_eval(result) -> None:
     from mindforge.eval.report import routing_words
 
     head = f"cycle {result.cycle} on {result.bench}: pass@1 {result.pass_at_1:.3f} ± {result.se:.3f} (n={result.n})"
-    print(head + (f"; {result.subset}" if result.subset else ""))
+    dtype = f"; {result.engine_dtype} engine" if result.engine_dtype != "float32" else ""
+    print(head + (f"; {result.subset}" if result.subset else "") + dtype)
     for k, v in result.pass_at_k.items():
         print(f"  {k} {v:.3f}")
     for line in routing_words(result):

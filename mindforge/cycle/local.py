@@ -42,7 +42,7 @@ def engine_adapters(settings: Settings) -> dict[str, Path]:
 
 def engine_spec(settings: Settings, adapters: dict[str, Path]) -> ServiceSpec:
     argv = [sys.executable, "-m", "mindforge.engine", "serve", "--model", settings.model,
-            "--host", settings.host, "--port", str(settings.engine_port)]
+            "--host", settings.host, "--port", str(settings.engine_port), "--dtype", settings.engine_dtype]
     for name, path in adapters.items():
         argv += ["--adapter", f"{name}={path}"]
     vllm = settings.engine_backend == "vllm"

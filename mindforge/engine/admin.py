@@ -34,7 +34,8 @@ class EngineAdmin:
     """The few engine endpoints a handoff needs (the vLLM-compatible contract)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 300.0,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, declared_dtype: str | None = None):
+        self.declared_dtype = declared_dtype  # what the user says an engine that reports none computes in
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s,
@@ -69,6 +70,16 @@ class EngineAdmin:
             raise EngineError(f"{self.base_url}/v1/models: {exc}") from exc
         owner = str(data[0].get("owned_by", "unknown")) if data else "unknown"
         return "embedded" if owner == "mindforge" else owner
+
+    def dtype(self) -> str | None:
+        """The dtype the engine computes in: as its ``/health`` says (the embedded engine), else as declared
+        (vLLM and SGLang say nothing; ``settings.engine_dtype``), else None."""
+        try:
+            body = self.http.get("/health", timeout=10.0).json()
+        except (httpx.HTTPError, ValueError):
+            body = None
+        value = body.get("dtype") if isinstance(body, dict) else None
+        return str(value) if value else self.declared_dtype
 
     def generation_counters(self) -> dict[str, float] | None:
         """Tokens the engine generated and was prompted with since it started (``/metrics``), or None

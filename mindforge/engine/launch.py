@@ -66,7 +66,7 @@ class EngineProcess:
     def command(self, port_file: Path) -> list[str]:
         cmd = [sys.executable, "-m", "mindforge.engine", "serve", "--model", str(self.model),
                "--host", self.host, "--port", str(self.port), "--port-file", str(port_file),
-               "--exit-with-parent"]
+               "--exit-with-parent", "--dtype", self.settings.engine_dtype]
         if self.backend == "vllm":
             cmd += ["--backend", "vllm"]
         if str(self.model) == self.settings.model:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -78,7 +79,7 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "dtype": str(model.dtype).removeprefix("torch.")}
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
@@ -193,13 +194,13 @@ async def _generate(sched: Scheduler, request: GenerationRequest):
 
 def build_engine(model: str | Path, adapters: Mapping[str, Path], *, settings: Settings,
                  device: str | None = None, served_name: str | None = None, max_batch: int = 32,
-                 prefix_cache_tokens: int = 32768) -> Engine:
+                 prefix_cache_tokens: int = 32768, dtype: str = "float32") -> Engine:
     """Resolve the model, load it and the named adapters, start the scheduler thread."""
     from mindforge.engine.registry import resolve_model
 
     folder = resolve_model(model, settings)
     name = served_name or (settings.model if str(model) == settings.model else Path(folder).name)
-    em = EngineModel(folder, device=device)
+    em = EngineModel(folder, device=device, dtype=getattr(torch, dtype))
     sched = Scheduler(em, name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens)
     sched.start()
     for adapter_name, path in adapters.items():

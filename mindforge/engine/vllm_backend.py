@@ -57,12 +57,12 @@ def vllm_python(settings: Settings) -> Path:
 
 def vllm_command(python: Path, model_folder: Path, served_name: str, adapters: Mapping[str, Path], *,
                  host: str, port: int, max_loras: int = MAX_LORAS,
-                 max_lora_rank: int = MAX_LORA_RANK) -> list[str]:
+                 max_lora_rank: int = MAX_LORA_RANK, dtype: str = "float32") -> list[str]:
     # The `vllm` console script cannot find its distribution metadata in this build; the module runs.
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder),
            "--served-model-name", served_name, "--host", host, "--port", str(port),
-           # fp32: the trainer's dtype, so the parity probe compares like with like
-           "--dtype", "float32", "--enable-lora", "--max-loras", str(max_loras),
+           # fp32 by default: the trainer's dtype, so the parity probe compares like with like
+           "--dtype", dtype, "--enable-lora", "--max-loras", str(max_loras),
            "--max-lora-rank", str(max_lora_rank)]
     if adapters:
         cmd += ["--lora-modules", *(f"{name}={path}" for name, path in adapters.items())]

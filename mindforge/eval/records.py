@@ -51,6 +51,9 @@ class EvalResult(BaseModel):
     completion_tokens: int
     infra_errors: int = 0
     subset: str = ""  # "" or "first N tasks by id hash": says so wherever the number is shown
+    # What the engine computed in (settings.engine_dtype, or what the engine reports): evals are compared
+    # only with evals of the same dtype, since bfloat16 alone moves some greedy answers.
+    engine_dtype: str = "float32"
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cycle": self.cycle, "bench": self.bench, "n": self.n,
@@ -60,6 +63,8 @@ class EvalResult(BaseModel):
                                "reused": self.reused, "completion_tokens": self.completion_tokens}
         if self.subset:
             out["subset"] = self.subset
+        if self.engine_dtype != "float32":
+            out["engine_dtype"] = self.engine_dtype
         if self.cycle > 0:
             out["vs_previous"] = None if self.vs_previous is None else {
                 "cycle": self.previous_cycle, **self.vs_previous.model_dump()}

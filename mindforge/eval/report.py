@@ -64,11 +64,13 @@ def efficacy(run_dir: Path, bench: str | None = None) -> list[EvalResult]:
     return [r for r in found if r is not None and (bench is None or r.bench == bench)]
 
 
-def stored_eval(run_dir: Path, bench: str, *, below: int | None = None,
-                exactly: int | None = None) -> tuple[EvalResult, list[EvalRow]] | None:
-    """The newest eval of ``bench`` in a cycle before ``below`` (or in cycle ``exactly``), with its rows."""
+def stored_eval(run_dir: Path, bench: str, *, below: int | None = None, exactly: int | None = None,
+                engine_dtype: str | None = None) -> tuple[EvalResult, list[EvalRow]] | None:
+    """The newest eval of ``bench`` in a cycle before ``below`` (or in cycle ``exactly``), with its rows;
+    with ``engine_dtype``, only an eval whose engine computed in that dtype."""
     candidates = [r for r in efficacy(run_dir, bench)
-                  if (below is None or r.cycle < below) and (exactly is None or r.cycle == exactly)]
+                  if (below is None or r.cycle < below) and (exactly is None or r.cycle == exactly)
+                  and (engine_dtype is None or r.engine_dtype == engine_dtype)]
     if not candidates:
         return None
     result = candidates[-1]

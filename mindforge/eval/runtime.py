@@ -42,7 +42,7 @@ def open_services(run: RunServices, config: EvalConfig, log: Callable[[str], Non
     run.serve(hcp.to_document(), log)
     with ExitStack() as stack:
         services = EvalServices(tasks=bench.tasks(), bench_sha=bench.sha256(), hcp=hcp, solver=None, log=log,
-                                progress=progress)
+                                progress=progress, engine_dtype=run.engine_dtype())
         if mapper is not None:
             services.mapper = mapper
         if mapper is not None and mapper.portable:

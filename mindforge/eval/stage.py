@@ -76,6 +76,7 @@ class EvalServices:
     # turns of the one before finish (one shard at a time left the batch half empty at every shard's end).
     mapper: Mapper = field(default_factory=lambda: ThreadMapper(2))
     score: Callable[[Shard], list[EvalRow]] | None = None
+    engine_dtype: str = "float32"  # part of the eval's key: a bfloat16 engine's answers are its own
 
 
 class Shard(BaseModel):
@@ -108,6 +109,8 @@ def eval_key(config: EvalConfig, services: EvalServices, tasks: Sequence[Task]) 
                 "samples": config.samples, "seed": config.seed, "tasks": [t.id for t in tasks], "v": 1}
     if config.pin_route is not None:
         material["pin_route"] = config.pin_route
+    if services.engine_dtype != "float32":  # float32 keys stay those of evals made before dtypes were named
+        material["engine_dtype"] = services.engine_dtype
     return "e-" + hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -239,8 +242,9 @@ def _result(config: EvalConfig, services: EvalServices, key: str, tasks: Sequenc
     for route in sorted({r.route for r in rows}):
         mine = [float(r.passed) for r in rows if r.route == route]
         by_route[route] = {"n": len(mine), "pass@1": round(sum(mine) / len(mine), 6)}
-    previous = stored_eval(config.run_dir, config.bench, below=config.cycle)
-    baseline = stored_eval(config.run_dir, config.bench, exactly=0) if config.cycle > 0 else None
+    dtype = services.engine_dtype
+    previous = stored_eval(config.run_dir, config.bench, below=config.cycle, engine_dtype=dtype)
+    baseline = stored_eval(config.run_dir, config.bench, exactly=0, engine_dtype=dtype) if config.cycle > 0 else None
     return EvalResult(
         cycle=config.cycle, bench=config.bench, key=key, n=len(scores), pass_at_1=round(p1, 6), se=round(se, 6),
         pass_at_k=_pass_at_k(k_rows, config.samples) if config.samples else {},
@@ -252,4 +256,5 @@ def _result(config: EvalConfig, services: EvalServices, key: str, tasks: Sequenc
         seconds=seconds, reused=reused, completion_tokens=sum(r.completion_tokens for r in rows + k_rows),
         subset="" if config.max_tasks is None or config.max_tasks >= len(services.tasks)
         else f"a fixed subset: {len(tasks)} of {len(services.tasks)} tasks (the same every cycle)",
+        engine_dtype=dtype,
     )
