@@ -103,7 +103,7 @@ def serve(
     adapters = parse_adapters(adapter or [])
     engine = build_engine(model or settings.model, adapters, settings=settings, device=device,
                           served_name=served_model_name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens,
-                          dtype=dtype or settings.engine_dtype)
+                          dtype=dtype or settings.engine_dtype, start=False)
     run_server(engine, host or settings.host, settings.engine_port if port is None else port, port_file)
 
 

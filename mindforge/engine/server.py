@@ -194,22 +194,32 @@ async def _generate(sched: Scheduler, request: GenerationRequest):
 
 def build_engine(model: str | Path, adapters: Mapping[str, Path], *, settings: Settings,
                  device: str | None = None, served_name: str | None = None, max_batch: int = 32,
-                 prefix_cache_tokens: int = 32768, dtype: str = "float32") -> Engine:
-    """Resolve the model, load it and the named adapters, start the scheduler thread."""
+                 prefix_cache_tokens: int = 32768, dtype: str = "float32", start: bool = True) -> Engine:
+    """Resolve the model, load it and the named adapters; ``start``: run the scheduler in a thread of its own
+    (``serve`` runs it in the calling thread instead)."""
     from mindforge.engine.registry import resolve_model
 
     folder = resolve_model(model, settings)
     name = served_name or (settings.model if str(model) == settings.model else Path(folder).name)
     em = EngineModel(folder, device=device, dtype=getattr(torch, dtype))
     sched = Scheduler(em, name, max_batch=max_batch, prefix_cache_tokens=prefix_cache_tokens)
-    sched.start()
     for adapter_name, path in adapters.items():
-        sched.load_adapter(adapter_name, Path(path)).result()
+        sched.preload_adapter(adapter_name, Path(path))
+    if start:
+        sched.start()
     return Engine(em, sched, name)
 
 
 def serve(engine: Engine, host: str, port: int, port_file: Path | None = None) -> None:
-    """Bind first (port 0 picks a free one), publish the bound port, then serve until interrupted."""
+    """Bind first (port 0 picks a free one), publish the bound port, then serve until interrupted.
+
+    The scheduler loop runs here, in the calling (main) thread, and the HTTP server in a thread beside it:
+    the decode step is about 30% faster in the main thread (``Scheduler.run``). SIGTERM and SIGINT stop
+    both; an HTTP server that dies stops the loop.
+    """
+    import signal
+    import threading
+
     import uvicorn
 
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -222,7 +232,19 @@ def serve(engine: Engine, host: str, port: int, port_file: Path | None = None) -
         tmp.replace(port_file)
     log.info("engine serving %s on http://%s:%d", engine.base_name, host, bound)
     config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    finally:
+    server = uvicorn.Server(config)
+    http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="engine-http", daemon=True)
+
+    def shut_down(signum: int, frame: object) -> None:
+        server.should_exit = True
         engine.scheduler.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, shut_down)
+    http.start()
+    try:
+        engine.scheduler.run(alive=http.is_alive)
+    finally:
+        server.should_exit = True
+        engine.scheduler.stop()
+        http.join(10)
