@@ -50,8 +50,9 @@ def make_model(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
-    """A LoRA adapter with non-zero B, so it visibly changes the base model's outputs."""
+def make_adapter(model_dir: Path, out: Path, seed: int, fresh: bool = False) -> Path:
+    """A LoRA adapter with non-zero B, so it visibly changes the base model's outputs (``fresh``: B = 0,
+    as a new adapter starts, which computes the base model)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -59,7 +60,7 @@ def make_adapter(model_dir: Path, out: Path, seed: int) -> Path:
     torch.manual_seed(seed)
     base = AutoModelForCausalLM.from_pretrained(str(model_dir))
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                        init_lora_weights=False, task_type="CAUSAL_LM")
+                        init_lora_weights=fresh, task_type="CAUSAL_LM")
     peft_model = get_peft_model(base, config)
     peft_model.save_pretrained(str(out))
     return out

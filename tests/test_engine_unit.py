@@ -136,6 +136,26 @@ def test_logprobs_match_teacher_forced_reference_in_a_mixed_batch(engine, tiny):
     assert engine.metrics.batch_size.total > engine.metrics.batch_size.count  # some step ran >1 row
 
 
+def test_an_adapter_whose_b_is_zero_runs_as_the_base_model_and_takes_no_columns(tiny, tmp_path):
+    fresh = make_adapter(tiny / "model", tmp_path / "fresh", seed=3, fresh=True)
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny")
+    sched.preload_adapter("A", tiny / "A")
+    rank = sched.model.lora.rank
+    info = sched.preload_adapter("fresh", fresh)
+    assert sched.model.lora.rank == rank > 0 and info.slot not in sched.model.lora.columns
+    sched.start()
+    try:
+        ids = prompt(sched, "the quick brown fox jumps over")
+        futures = {name: sched.submit(GenerationRequest(name, ids, SamplingParams(max_tokens=8, temperature=0.0,
+                                                                                    logprobs=1)))
+                   for name in ("fresh", "tiny", "A")}
+        fresh_out, base_out, a_out = (futures[n].result(60).choices[0] for n in ("fresh", "tiny", "A"))
+    finally:
+        sched.stop()
+    assert fresh_out.token_ids == base_out.token_ids and fresh_out.logprobs == base_out.logprobs
+    assert a_out.logprobs != base_out.logprobs
+
+
 def test_batched_greedy_equals_sequential(engine):
     prompts = [prompt(engine, f"request {i}: " + "abc " * (i + 1)) for i in range(6)]
     names = ["A", "B", "tiny"] * 2
