@@ -9,7 +9,7 @@ import typer
 
 from mindforge.cli._common import choices, user_errors
 from mindforge.errors import InputError
-from mindforge.settings import ENGINE_BACKENDS, ENGINE_DTYPES
+from mindforge.settings import ENGINE_BACKENDS, ENGINE_DTYPES, ENGINE_MAX_BATCH
 
 app = typer.Typer(help="The embedded OpenAI-compatible multi-LoRA engine.", no_args_is_help=True)
 
@@ -68,7 +68,7 @@ def serve(
         "--device", help="torch device.", show_default="cuda when available, else cpu")] = None,
     served_model_name: Annotated[str | None, typer.Option(
         "--served-model-name", help="Name of the base model in the API.")] = None,
-    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most sequences decoded together.")] = 32,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most sequences decoded together.")] = ENGINE_MAX_BATCH,
     prefix_cache_tokens: Annotated[int, typer.Option(
         "--prefix-cache-tokens", min=0, help="Tokens the prefix KV cache may hold (all adapters).")] = 32768,
     exit_with_parent: Annotated[bool, typer.Option(

@@ -37,6 +37,7 @@ from mindforge.engine.prefix_cache import PrefixCache
 from mindforge.engine.sampling import draw_batch, make_generator
 from mindforge.engine.sequence import GenerationRequest, GenerationResult, Row, UnknownModel
 from mindforge.errors import MindForgeError
+from mindforge.settings import ENGINE_MAX_BATCH
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def resolve(future: concurrent.futures.Future, value: object = None, error: Base
 
 
 class Scheduler:
-    def __init__(self, model: EngineModel, base_name: str, *, max_batch: int = 32,
+    def __init__(self, model: EngineModel, base_name: str, *, max_batch: int = ENGINE_MAX_BATCH,
                  prefix_cache_tokens: int = 32768, prefill_budget: int = 2048, metrics: Metrics | None = None):
         self.model = model
         self.base_name = base_name

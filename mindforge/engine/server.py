@@ -33,7 +33,7 @@ from mindforge.engine.protocol import (
 )
 from mindforge.engine.scheduler import AdapterNameError, Scheduler
 from mindforge.engine.sequence import GenerationRequest, UnknownModel
-from mindforge.settings import Settings
+from mindforge.settings import ENGINE_MAX_BATCH, Settings
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ async def _generate(sched: Scheduler, request: GenerationRequest):
 
 
 def build_engine(model: str | Path, adapters: Mapping[str, Path], *, settings: Settings,
-                 device: str | None = None, served_name: str | None = None, max_batch: int = 32,
+                 device: str | None = None, served_name: str | None = None, max_batch: int = ENGINE_MAX_BATCH,
                  prefix_cache_tokens: int = 32768, dtype: str = "float32", start: bool = True) -> Engine:
     """Resolve the model, load it and the named adapters; ``start``: run the scheduler in a thread of its own
     (``serve`` runs it in the calling thread instead)."""
