@@ -64,6 +64,21 @@ def test_the_next_cycle_starts_from_what_the_last_one_left(tmp_path: Path) -> No
     assert len(standins.calls(tmp_path)) == before
 
 
+def test_eval_at_ends_scores_the_baseline_and_the_last_cycle_wider_than_the_cycles_between(tmp_path: Path) -> None:
+    config = CycleConfig(run_dir=tmp_path, cycles=3, eval={"max_tasks": 3}, eval_at_ends={"max_tasks": None})
+    results = run_cycles(config, RUNNERS, builders=BUILDERS)
+    from mindforge.cycle.status import run_status
+
+    evals = {c["cycle"]: c["eval"] for c in run_status(tmp_path)["cycles"]}
+    assert [evals[c]["n"] for c in (0, 1, 2, 3)] == [8, 3, 3, 8]
+    assert "subset" not in evals[0] and "subset" not in evals[3] and "3 of 8" in evals[1]["subset"]
+    # every comparison pairs the tasks both evals scored
+    assert results[0].eval["vs_cycle0"]["n"] == 3 and results[2].eval["vs_previous"]["n"] == 3
+    assert results[2].eval["vs_cycle0"]["n"] == 8 and results[2].eval["vs_cycle0"]["gained"] == 3
+    with pytest.raises(InputError, match="/eval_at_ends/max_tasks"):
+        run_cycles(CycleConfig(run_dir=tmp_path / "bad", eval_at_ends={"max_tasks": 0}), RUNNERS, builders=BUILDERS)
+
+
 def test_a_failed_stage_is_where_the_rerun_starts(tmp_path: Path) -> None:
     def broken(config):
         raise RuntimeError("engine went away")
@@ -149,11 +164,14 @@ def test_every_cycle_deployment_of_prefect_yaml_builds_valid_stage_configs(name:
     for cycle in range(1, config.cycles + 1):
         validate_stage_configs(config, cycle)
     if name == "efficacy":  # the efficacy run's levers are on, at the sizes its 90 minutes allow
-        from mindforge.cycle.config import update_config
+        from mindforge.cycle.config import eval_config, update_config
 
         update = update_config(config, 1)
         assert config.cycles == 3 and "eval" in config.stages
         assert update.rft.enabled and update.router.enabled and update.tasks == "archive"
+        # judged on the whole sealed benchmark at the baseline and the last cycle, a subset between
+        pinned = config.model_copy(update={"first_cycle": 1})
+        assert [eval_config(pinned, c).max_tasks for c in (0, 1, 2, 3)] == [None, 100, 100, None]
 
 
 def test_each_stage_records_what_the_engine_generated_during_it(tmp_path: Path) -> None:

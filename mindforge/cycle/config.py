@@ -38,6 +38,10 @@ class CycleConfig(BaseModel):
     update: dict[str, Any] = Field(default_factory=dict, description="UpdateConfig fields")
     eval: dict[str, Any] = Field(default_factory=dict, description="EvalConfig fields (the sealed benchmark eval "
                                                                     "after every cycle, and the cycle-0 baseline)")
+    eval_at_ends: dict[str, Any] = Field(
+        default_factory=dict, description="EvalConfig fields that replace eval's for the cycle-0 baseline and "
+                                          "the last of these cycles, the comparison the run is judged by "
+                                          "(e.g. {max_tasks: null}: the whole benchmark there, a subset between)")
     engine: EngineBackend | None = Field(
         default=None, description="Engine started for the run when none runs: embedded or vllm "
                                   "(None: MINDFORGE_ENGINE_BACKEND, else embedded)")
@@ -53,7 +57,7 @@ class CycleConfig(BaseModel):
         # Stages always run in cycle order, whatever order they were listed in.
         return tuple(s for s in STAGES if s in v)
 
-    @field_validator("discovery", "expansion", "update", "eval")
+    @field_validator("discovery", "expansion", "update", "eval", "eval_at_ends")
     @classmethod
     def _not_owned(cls, v: dict[str, Any]) -> dict[str, Any]:
         clash = [k for k in _OWNED if k in v]
@@ -102,9 +106,14 @@ def discovery_config(config: CycleConfig, cycle: int) -> Any:
 
 
 def eval_config(config: CycleConfig, cycle: int) -> Any:
-    """The eval after cycle ``cycle`` (0: the baseline before the first cycle)."""
+    """The eval after cycle ``cycle`` (0: the baseline before the first cycle); ``eval_at_ends`` applies
+    at cycle 0 and at the last cycle (known once ``first_cycle`` is set, as ``run_cycles`` sets it)."""
     from mindforge.eval.config import EvalConfig
 
+    last = None if config.first_cycle is None else config.first_cycle + config.cycles - 1
+    if config.eval_at_ends and cycle in (0, last):
+        return _build(EvalConfig, "eval_at_ends", {**config.eval, **config.eval_at_ends}, run_dir=config.run_dir,
+                      cycle=cycle)
     return _build(EvalConfig, "eval", config.eval, run_dir=config.run_dir, cycle=cycle)
 
 
@@ -114,3 +123,5 @@ def validate_stage_configs(config: CycleConfig, cycle: int, skip: tuple[str, ...
                 "eval": eval_config}
     for stage in (s for s in config.stages if s not in skip):
         builders[stage](config, cycle)
+    if "eval" in config.stages and "eval" not in skip:
+        eval_config(config, 0)  # eval_at_ends too, though the cycle that uses it comes last

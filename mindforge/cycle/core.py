@@ -207,6 +207,7 @@ def run_cycles(config: CycleConfig, runners: Mapping[str, StageRunner],
     A cycle already complete (its summary exists) is read back, not run.
     """
     first = config.first_cycle or next_cycle(config.run_dir)
+    config = config.model_copy(update={"first_cycle": first})  # fixes the last cycle while cycles complete
     one = one_cycle or (lambda cfg, n: run_cycle(cfg, n, runners, log, builders, meter))
     if "eval" in config.stages and "eval" in runners:
         run_baseline(config, runners["eval"], log)
