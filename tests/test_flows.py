@@ -11,7 +11,7 @@ import pytest
 from prefect.testing.utilities import prefect_test_harness
 
 import mindforge.flows.rsi_cycle as rsi
-from mindforge.cycle import CycleConfig, runtime
+from mindforge.cycle import CycleConfig, next_cycle, runtime
 from mindforge.errors import InputError
 from mindforge.flows.task_runners import make_task_runner
 from mindforge.run_services import RunServices
@@ -120,6 +120,28 @@ def test_a_retried_flow_run_resumes_at_the_stage_that_failed(harness, stand_in_s
     assert attempts == [1, 1] and rsi.rsi_cycle.retries == 1
     assert facts[0]["stages"] == {"discovery": "skipped", "expansion": "resumed", "update": "ran", "eval": "skipped"}
     assert len([c for c in standins.calls(tmp_path) if c["stage"] == "expansion"]) == 1
+
+
+def test_a_retry_runs_the_cycles_the_flow_run_was_asked_for_and_no_more(harness, stand_in_stages,
+                                                                         tmp_path: Path) -> None:
+    attempts = []
+
+    def update_broken_in_cycle_2(config):
+        attempts.append(config.cycle)
+        if attempts == [1, 2]:
+            raise RuntimeError("trainer crashed")
+        return standins.update_full(config)
+
+    original = runtime.update_runner
+    runtime.update_runner = lambda run, progress=None, log=None: update_broken_in_cycle_2
+    try:
+        flow = rsi.rsi_cycle.with_options(retries=1, retry_delay_seconds=0)
+        facts = flow(CycleConfig(run_dir=tmp_path, cycles=2, stages=("expansion", "update")))
+    finally:
+        runtime.update_runner = original
+    # the retry found cycle 1 complete and cycle 2 begun, and still ran cycles 1..2, not 2..3
+    assert attempts == [1, 2, 2] and [f["cycle"] for f in facts] == [1, 2]
+    assert next_cycle(tmp_path) == 3
 
 
 def test_a_rerun_of_the_flow_resumes_instead_of_repeating(harness, stand_in_stages, tmp_path: Path) -> None:

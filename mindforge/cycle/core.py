@@ -140,6 +140,20 @@ def next_cycle(run_dir: Path) -> int:
     return n
 
 
+def planned_first_cycle(run_dir: Path, run_id: str) -> int:
+    """The first cycle of the invocation ``run_id``, fixed when it first asks.
+
+    A Prefect retry calls the flow again with the same parameters; without this, a retry after cycle 2
+    of 1..3 failed would run cycles 2..4, one cycle more than asked and with another last cycle.
+    """
+    path = Path(run_dir) / "invocations" / f"{run_id}.json"
+    if path.is_file():
+        return int(json.loads(path.read_text(encoding="utf-8"))["first_cycle"])
+    first = next_cycle(run_dir)
+    atomic_write_json(path, {"first_cycle": first})
+    return first
+
+
 ConfigBuilder = Callable[[CycleConfig, int, Mapping[str, "StageRecord"]], Any]
 
 
@@ -158,13 +172,17 @@ def _stage_config(config: CycleConfig, cycle: int, stage: str, records: Mapping[
 def run_cycle(config: CycleConfig, cycle: int, runners: Mapping[str, StageRunner],
               log: Callable[[str], None] = lambda m: None,
               builders: Mapping[str, ConfigBuilder] | None = None, meter: Meter | None = None) -> CycleResult:
-    """Run (or resume) the stages of one cycle and write its summary.
+    """Run (or resume) the stages of one cycle and write its summary; a complete cycle is read back.
 
     ``builders`` replaces how a stage's config is built (default: the stage's
     own config model from the cycle's fields); tests use it for stand-in stages.
     ``meter`` reads the engine's token counters: each stage that runs then
     records what it generated and how fast (``cycles/N/<stage>/generation.json``).
     """
+    path = summary_path(config.run_dir, cycle)
+    if path.is_file():
+        log(f"cycle {cycle} is complete; reading its summary")
+        return CycleResult.model_validate_json(path.read_text(encoding="utf-8"))
     builders = dict(builders or {})
     validate_stage_configs(config, cycle, skip=tuple(builders))
     t0 = time.monotonic()
@@ -204,22 +222,16 @@ def run_cycles(config: CycleConfig, runners: Mapping[str, StageRunner],
                builders: Mapping[str, ConfigBuilder] | None = None, meter: Meter | None = None) -> list[CycleResult]:
     """Cycles ``first_cycle`` .. ``first_cycle + cycles - 1``; each reads what the previous one left.
 
-    A cycle already complete (its summary exists) is read back, not run.
+    A cycle already complete (its summary exists) is read back by ``run_cycle``, not run.
     """
     first = config.first_cycle or next_cycle(config.run_dir)
     config = config.model_copy(update={"first_cycle": first})  # fixes the last cycle while cycles complete
     one = one_cycle or (lambda cfg, n: run_cycle(cfg, n, runners, log, builders, meter))
     if "eval" in config.stages and "eval" in runners:
         run_baseline(config, runners["eval"], log)
-    out = []
-    for n in range(first, first + config.cycles):
-        path = summary_path(config.run_dir, n)
-        if path.is_file():
-            log(f"cycle {n} is complete; reading its summary")
-            out.append(CycleResult.model_validate_json(path.read_text(encoding="utf-8")))
-        else:
-            out.append(one(config, n))
-    return out
+    # Every cycle of the span goes through ``one``, complete or not: a Prefect retry matches subflow calls
+    # to the first attempt's by their order, so the calls must be the same sequence on every attempt.
+    return [one(config, n) for n in range(first, first + config.cycles)]
 
 
 def run_baseline(config: CycleConfig, runner: StageRunner, log: Callable[[str], None] = lambda m: None) -> None:

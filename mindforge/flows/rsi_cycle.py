@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger, task
+from prefect.runtime import flow_run
 
 from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
 from mindforge.cycle.config import validate_stage_configs
-from mindforge.cycle.core import StageRunner, generation_line
+from mindforge.cycle.core import StageRunner, generation_line, planned_first_cycle
 from mindforge.eval.report import efficacy_cell
 from mindforge.flows import artifacts
 from mindforge.flows.discovery import discovery_flow
@@ -109,7 +110,9 @@ def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
 
     logger = get_run_logger()
     settings = load_settings().with_engine(params.engine)
-    first = params.first_cycle or next_cycle(params.run_dir)
+    run_id = flow_run.id  # None when the function is called outside a flow run
+    first = params.first_cycle or (planned_first_cycle(params.run_dir, run_id) if run_id
+                                   else next_cycle(params.run_dir))
     params = params.model_copy(update={"first_cycle": first})
     validate_stage_configs(params, first)  # before anything slow starts
     logger.info(f"run {params.run_dir}: cycles {first}..{first + params.cycles - 1}, stages {params.stages}")
