@@ -101,6 +101,16 @@ def test_every_cycle_ends_with_the_eval_and_the_ui_gets_its_efficacy(harness, st
     assert "pass@1 0.500" in found["cycle-2-summary"].data and "vs cycle 0 +0.250" in found["cycle-2-summary"].data
 
 
+def run_with_retry(update, params: CycleConfig) -> list[dict]:
+    """The rsi-cycle flow with one retry and no delay, Update replaced by ``update``."""
+    original = runtime.update_runner
+    runtime.update_runner = lambda run, progress=None, log=None: update
+    try:
+        return rsi.rsi_cycle.with_options(retries=1, retry_delay_seconds=0)(params)
+    finally:
+        runtime.update_runner = original
+
+
 def test_a_retried_flow_run_resumes_at_the_stage_that_failed(harness, stand_in_stages, tmp_path: Path) -> None:
     attempts = []
 
@@ -110,13 +120,7 @@ def test_a_retried_flow_run_resumes_at_the_stage_that_failed(harness, stand_in_s
             raise RuntimeError("trainer crashed")
         return standins.update_full(config)
 
-    original = runtime.update_runner
-    runtime.update_runner = lambda run, progress=None, log=None: update_once_broken
-    try:
-        flow = rsi.rsi_cycle.with_options(retries=1, retry_delay_seconds=0)
-        facts = flow(CycleConfig(run_dir=tmp_path, stages=("expansion", "update")))
-    finally:
-        runtime.update_runner = original
+    facts = run_with_retry(update_once_broken, CycleConfig(run_dir=tmp_path, stages=("expansion", "update")))
     assert attempts == [1, 1] and rsi.rsi_cycle.retries == 1
     assert facts[0]["stages"] == {"discovery": "skipped", "expansion": "resumed", "update": "ran", "eval": "skipped"}
     assert len([c for c in standins.calls(tmp_path) if c["stage"] == "expansion"]) == 1
@@ -132,13 +136,8 @@ def test_a_retry_runs_the_cycles_the_flow_run_was_asked_for_and_no_more(harness,
             raise RuntimeError("trainer crashed")
         return standins.update_full(config)
 
-    original = runtime.update_runner
-    runtime.update_runner = lambda run, progress=None, log=None: update_broken_in_cycle_2
-    try:
-        flow = rsi.rsi_cycle.with_options(retries=1, retry_delay_seconds=0)
-        facts = flow(CycleConfig(run_dir=tmp_path, cycles=2, stages=("expansion", "update")))
-    finally:
-        runtime.update_runner = original
+    facts = run_with_retry(update_broken_in_cycle_2,
+                           CycleConfig(run_dir=tmp_path, cycles=2, stages=("expansion", "update")))
     # the retry found cycle 1 complete and cycle 2 begun, and still ran cycles 1..2, not 2..3
     assert attempts == [1, 2, 2] and [f["cycle"] for f in facts] == [1, 2]
     assert next_cycle(tmp_path) == 3
