@@ -47,6 +47,19 @@ def test_unparsable_route_falls_back_to_the_default_route(r) -> None:
     assert rec.route == "L0" and rec.hops[0].text == "banana"
 
 
+def test_a_route_prompt_with_the_request_placeholder_puts_the_request_last_behind_a_shared_prefix(r) -> None:
+    prompt = "Specialists:\n{{LORA_DESCRIPTIONS}}\nReply with one of {{ROUTE_LABELS}}.\n\nRequest:\n{{REQUEST}}"
+    h = FakeEngine(r).harness(make_hcp([{"op": "replace", "path": "/router/route_prompt", "value": prompt}]))
+    one, two = h.route_prompt_ids("Please L2: write add(a, b)"), h.route_prompt_ids("{{ROUTE_LABELS}} as text")
+    shared = next(i for i, (a, b) in enumerate(zip(one, two)) if a != b)
+    head = r.decode(one[:shared], False)
+    assert "L2 = coding" in head and head.endswith("Request:\n") and "add(a, b)" not in head
+    assert r.decode(two, False).endswith("Request:\n{{ROUTE_LABELS}} as text<|im_end|>\n<|im_start|>assistant\nmodel_id=")
+    default = FakeEngine(r).harness()  # without the placeholder the request comes first, as before
+    assert r.decode(default.route_prompt_ids("write add(a, b)"), False).split("<|im_start|>user\n")[1].startswith(
+        "write add(a, b)\n\nRead the request above.")
+
+
 def test_reentered_adapter_sees_a_byte_identical_prefix_and_others_see_summaries(r) -> None:
     eng = FakeEngine(r)
     h = eng.harness()

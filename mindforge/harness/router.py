@@ -4,6 +4,10 @@ L0 sees the current request followed by the route prompt of the HCP router
 profile (``{{LORA_DESCRIPTIONS}}`` becomes one ``L<n> = description`` line a
 route, ``{{ROUTE_LABELS}}`` the labels separated by spaces), and its answer is
 prefilled with ``model_id=`` so that the model only has to write the label.
+A route prompt that contains ``{{REQUEST}}`` gets the request there instead:
+with the request last, everything before it is the same for every request
+and the engine's prefix cache holds it (the default route prompt is ~220
+tokens that are otherwise prefilled anew on every turn).
 Only a canonical label counts: optional spaces, one of the route labels
 (any case), then nothing but spaces or punctuation. Anything else, an
 unknown label included, is the profile's default route, so the router can
@@ -18,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from mindforge.hcp import HCP, ROUTES
+from mindforge.hcp.models import REQUEST_PLACEHOLDER
 
 PREFILL = "model_id="
 _LABEL = re.compile(r"\s*(L[0-9]+)\s*[.,;:!)\]]*\s*", re.IGNORECASE)
@@ -42,7 +47,12 @@ def route_instruction(hcp: HCP) -> str:
 def route_messages(hcp: HCP, request: str) -> list[dict[str, str]]:
     """The route hop's conversation (the prompt adds the generation prompt and ``PREFILL``)."""
     messages = [{"role": "system", "content": hcp.router.identity}] if hcp.router.identity.strip() else []
-    return [*messages, {"role": "user", "content": f"{request.strip()}\n\n{route_instruction(hcp)}"}]
+    instruction = route_instruction(hcp)  # filled first: a request's own braces are never placeholders
+    if REQUEST_PLACEHOLDER in instruction:
+        content = instruction.replace(REQUEST_PLACEHOLDER, request.strip(), 1)
+    else:
+        content = f"{request.strip()}\n\n{instruction}"
+    return [*messages, {"role": "user", "content": content}]
 
 
 def parse_label(text: str) -> str | None:

@@ -37,6 +37,8 @@ HookEvent = Literal["task_start", "before_answer", "after_tool_result", "task_en
 HookAction = Literal["append_system", "append_user"]
 RewardKind = Literal["binary", "fraction"]
 PLACEHOLDERS: tuple[str, ...] = ("{{LORA_DESCRIPTIONS}}", "{{ROUTE_LABELS}}")
+# Optional, at most once: where the request goes inside the route prompt (absent: before it, as MoL does).
+REQUEST_PLACEHOLDER = "{{REQUEST}}"
 
 ADAPTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -73,6 +75,8 @@ class Router(_Frozen):
         missing = [p for p in PLACEHOLDERS if p not in v]
         if missing:
             raise ValueError(f"route prompt must contain {' and '.join(missing)}")
+        if v.count(REQUEST_PLACEHOLDER) > 1:
+            raise ValueError(f"route prompt may contain {REQUEST_PLACEHOLDER} once, not {v.count(REQUEST_PLACEHOLDER)} times")
         return v
 
     @field_validator("routes")
