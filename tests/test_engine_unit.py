@@ -108,9 +108,7 @@ def test_rebuild_left_pads_rows_and_keeps_their_values():
 
 def test_a_row_joins_in_a_free_or_spare_row_without_moving_the_others():
     a, b, c = fake_kv(3, 1.0), fake_kv(5, 2.0), fake_kv(4, 3.0)
-    with torch.inference_mode():  # as the engine's decode step leaves the slabs when it grows them
-        batch = kv.rebuild(None, [], [a, b], headroom=4, spare_rows=1)
-        batch.layers[0]._grow(batch.width + 8)
+    batch = kv.rebuild(None, [], [a, b], headroom=4, spare_rows=1)
     before = batch.row(1).layers[0][0].clone()
     assert batch.place([0], [c]) == [0]  # row 0 (a) had finished: c takes its place
     assert batch.kv_len == [4, 5] and torch.equal(batch.row(0).layers[0][0], c.layers[0][0])

@@ -161,7 +161,6 @@ class BatchKV:
         """Every row gained the column the last decode step wrote."""
         self.kv_len = [n + 1 for n in self.kv_len]
 
-    @torch.inference_mode()  # the slabs are inference tensors once a decode step has grown them
     def place(self, free: Sequence[int], joining: Sequence[RowKV]) -> list[int] | None:
         """Write ``joining`` into rows ``free`` (rows no one reads any more), then into spare rows past the
         last; their indices, or None (nothing written) when a row is longer than the width or no row is left."""
@@ -191,7 +190,6 @@ class BatchKV:
         return targets
 
 
-@torch.inference_mode()
 def rebuild(old: BatchKV | None, keep: Sequence[int], joining: Sequence[RowKV], headroom: int = HEADROOM,
             spare_rows: int = 0) -> BatchKV:
     """A new batch: rows ``keep`` of ``old`` (in order), then ``joining``; trimmed to the longest row, with
