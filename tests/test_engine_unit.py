@@ -105,55 +105,6 @@ def test_rebuild_left_pads_rows_and_keeps_their_values():
     assert smaller.width == 3 and torch.equal(smaller.row(0).layers[0][1], a.layers[0][1])
 
 
-
-def test_a_row_joins_in_a_free_or_spare_row_without_moving_the_others():
-    a, b, c = fake_kv(3, 1.0), fake_kv(5, 2.0), fake_kv(4, 3.0)
-    batch = kv.rebuild(None, [], [a, b], headroom=4, spare_rows=1)
-    before = batch.row(1).layers[0][0].clone()
-    assert batch.place([0], [c]) == [0]  # row 0 (a) had finished: c takes its place
-    assert batch.kv_len == [4, 5] and torch.equal(batch.row(0).layers[0][0], c.layers[0][0])
-    assert torch.equal(batch.row(1).layers[0][0], before)
-    assert batch.place([], [a]) == [2] and batch.kv_len == [4, 5, 3] and batch.size == 3
-    assert batch.layers[0].keys.shape[0] == 3 and torch.equal(batch.row(2).layers[0][1], a.layers[0][1])
-    mask, _ = batch.decode_inputs("cpu")
-    assert mask.tolist()[2] == [0, 0, 1, 1, 1, 1]
-    assert batch.place([], [a]) is None  # no row left
-    assert batch.place([0], [fake_kv(6)]) is None and batch.kv_len == [4, 5, 3]  # longer than the width
-
-
-def test_requests_joining_a_running_batch_get_what_they_get_alone(tiny):
-    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=0, max_batch=8)
-    sched._load("A", tiny / "A")
-    first = [GenerationRequest("A" if i % 2 else "tiny", prompt(sched, f"long running row {i} " + "xy " * 6),
-                               SamplingParams(max_tokens=3 + 4 * i, temperature=0, ignore_eos=True))
-             for i in range(4)]
-    later = [GenerationRequest("tiny" if i % 2 else "A", prompt(sched, f"late {i}"),
-                               SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)) for i in range(4)]
-    for r in first:
-        sched._waiting.append(r)
-    sched._regroup(sched._admit())
-    for _ in range(4):  # the first row finishes on the way: a free row
-        sched._step()
-        sched._regroup([])
-    for r in later:
-        sched._waiting.append(r)
-    sched._regroup(sched._admit())
-    # one joined in the finished row's place, three in spare rows; nothing was copied but the first batch
-    assert sched.metrics.counters["batch_joins_in_place_total"] == 4
-    assert sched.metrics.counters["batch_rebuilds_total"] == 1 and len(sched._rows) == 7
-    while sched._waiting or sched._rows:
-        if sched._rows:
-            sched._step()
-        sched._regroup(sched._admit())
-    together = [r.future.result(1).choices[0].token_ids for r in first + later]
-    sched.start()
-    try:
-        alone = [generate(sched, r.model, r.prompt_ids, max_tokens=r.params.max_tokens, temperature=0,
-                          ignore_eos=True).choices[0].token_ids for r in first + later]
-    finally:
-        sched.stop()
-    assert together == alone
-
 # ---------------------------------------------------------------- sampling
 def test_top_p_keeps_the_nucleus_and_renormalises():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))

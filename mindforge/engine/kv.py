@@ -9,11 +9,8 @@ Layout invariant (``BatchKV``): rows are left-padded. Row ``i`` holds its
 ``kv_len[i]`` real tokens in the last ``kv_len[i]`` of ``width`` columns; the
 columns before them are padding that the attention mask hides. A decode step
 appends one column for every row at once, so the invariant keeps holding.
-A joining row whose length fits the current width is written into a free
-row of the slabs in place (a finished row's, or a spare one the slabs were
-allocated with): the other rows are not copied. Otherwise joining and
-leaving rebuild the slabs (one copy of every row) and drop leading columns
-that every row pads.
+Joining and leaving rebuilds the slabs (one copy per change of membership,
+never per token) and drops leading columns that every row pads.
 """
 
 from __future__ import annotations
@@ -29,23 +26,20 @@ HEADROOM = 128
 
 
 class SlabLayer(DynamicLayer):
-    """One layer's keys and values in a buffer with spare columns (and maybe spare rows past ``rows``);
-    ``update`` writes in place."""
+    """One layer's keys and values in a buffer with spare columns; ``update`` writes in place."""
 
-    def __init__(self, keys_B_H_C_D: torch.Tensor, values_B_H_C_D: torch.Tensor, length: int,
-                 rows: int | None = None):
+    def __init__(self, keys_B_H_C_D: torch.Tensor, values_B_H_C_D: torch.Tensor, length: int):
         super().__init__()
         self.buf_k = keys_B_H_C_D
         self.buf_v = values_B_H_C_D
         self.length = length
-        self.rows = keys_B_H_C_D.shape[0] if rows is None else rows
         self.device = keys_B_H_C_D.device
         self.is_initialized = True
         self._refresh()
 
     def _refresh(self) -> None:
-        self.keys = self.buf_k[: self.rows, :, : self.length]
-        self.values = self.buf_v[: self.rows, :, : self.length]
+        self.keys = self.buf_k[:, :, : self.length]
+        self.values = self.buf_v[:, :, : self.length]
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         pass  # born initialised
@@ -55,8 +49,8 @@ class SlabLayer(DynamicLayer):
         end = self.length + q
         if end > self.buf_k.shape[-2]:
             self._grow(end + HEADROOM)
-        self.buf_k[: self.rows, :, self.length:end] = key_states
-        self.buf_v[: self.rows, :, self.length:end] = value_states
+        self.buf_k[:, :, self.length:end] = key_states
+        self.buf_v[:, :, self.length:end] = value_states
         self.length = end
         self._refresh()
         return self.keys, self.values
@@ -65,8 +59,8 @@ class SlabLayer(DynamicLayer):
         b, h, _, d = self.buf_k.shape
         new_k = self.buf_k.new_empty((b, h, capacity, d))
         new_v = self.buf_v.new_empty((b, h, capacity, d))
-        new_k[: self.rows, :, : self.length] = self.buf_k[: self.rows, :, : self.length]
-        new_v[: self.rows, :, : self.length] = self.buf_v[: self.rows, :, : self.length]
+        new_k[:, :, : self.length] = self.buf_k[:, :, : self.length]
+        new_v[:, :, : self.length] = self.buf_v[:, :, : self.length]
         self.buf_k, self.buf_v = new_k, new_v
 
     def get_seq_length(self) -> int:
@@ -161,39 +155,9 @@ class BatchKV:
         """Every row gained the column the last decode step wrote."""
         self.kv_len = [n + 1 for n in self.kv_len]
 
-    def place(self, free: Sequence[int], joining: Sequence[RowKV]) -> list[int] | None:
-        """Write ``joining`` into rows ``free`` (rows no one reads any more), then into spare rows past the
-        last; their indices, or None (nothing written) when a row is longer than the width or no row is left."""
-        if not self.layers or not joining:
-            return None
-        width, allocated = self.width, self.layers[0].buf_k.shape[0]
-        reused = list(free[: len(joining)])
-        targets = reused + list(range(self.size, self.size + len(joining) - len(reused)))
-        if targets[-1] >= allocated or any(r.length > width for r in joining):
-            return None
-        for li, layer in enumerate(self.layers):
-            for t, r in zip(targets, joining, strict=True):
-                k, v = r.layers[li]
-                pad = width - r.length
-                # padding must be finite: attention weighs it by exactly zero, and 0 * NaN is NaN
-                layer.buf_k[t, :, :pad] = 0
-                layer.buf_v[t, :, :pad] = 0
-                layer.buf_k[t, :, pad:width] = k[0]
-                layer.buf_v[t, :, pad:width] = v[0]
-            layer.rows = self.size + len(joining) - len(reused)
-            layer._refresh()
-        for t, r in zip(targets, joining, strict=True):
-            if t < self.size:
-                self.kv_len[t] = r.length
-            else:
-                self.kv_len.append(r.length)
-        return targets
 
-
-def rebuild(old: BatchKV | None, keep: Sequence[int], joining: Sequence[RowKV], headroom: int = HEADROOM,
-            spare_rows: int = 0) -> BatchKV:
-    """A new batch: rows ``keep`` of ``old`` (in order), then ``joining``; trimmed to the longest row, with
-    ``spare_rows`` allocated past them for rows that join later (``place``)."""
+def rebuild(old: BatchKV | None, keep: Sequence[int], joining: Sequence[RowKV], headroom: int = HEADROOM) -> BatchKV:
+    """A new batch: rows ``keep`` of ``old`` (in order), then ``joining``; trimmed to the longest row."""
     kept = [old.row(i) for i in keep] if old is not None else []
     rows = kept + list(joining)
     if not rows:
@@ -204,15 +168,12 @@ def rebuild(old: BatchKV | None, keep: Sequence[int], joining: Sequence[RowKV], 
     layers = []
     for li, (k0, v0) in enumerate(template):
         _, h, _, d = k0.shape
-        # spare rows and columns stay unwritten: ``place`` and ``update`` write them before anyone reads
-        buf_k = k0.new_empty((len(rows) + spare_rows, h, width + headroom, d))
-        buf_v = v0.new_empty((len(rows) + spare_rows, h, width + headroom, d))
+        buf_k = k0.new_zeros((len(rows), h, width + headroom, d))
+        buf_v = v0.new_zeros((len(rows), h, width + headroom, d))
         for bi, r in enumerate(rows):
             k, v = r.layers[li]
             n = lens[bi]
-            buf_k[bi, :, :width - n] = 0
-            buf_v[bi, :, :width - n] = 0
             buf_k[bi, :, width - n:width] = k[0]
             buf_v[bi, :, width - n:width] = v[0]
-        layers.append(SlabLayer(buf_k, buf_v, width, rows=len(rows)))
+        layers.append(SlabLayer(buf_k, buf_v, width))
     return BatchKV(layers, lens)

@@ -34,9 +34,6 @@ _COUNTERS = {
     "decode_seconds_total": "Wall time spent in decode steps (forward, sampling and bookkeeping).",
     "prefill_seconds_total": "Wall time spent in batched prefills.",
     "prefill_batches_total": "Batched prefills (requests_total over this is the mean number of prompts a prefill).",
-    "batch_joins_in_place_total": "Sequences that joined the decode batch in a free row, no other row copied.",
-    "batch_rebuilds_total": "Rebuilds of the decode batch's keys/values (every row copied).",
-    "batch_rebuild_seconds_total": "Wall time spent rebuilding the decode batch.",
     "request_seconds_total": "Wall time from arrival to answer, summed over requests (callers subtract it "
                              "from their own time to measure their overhead).",
 }

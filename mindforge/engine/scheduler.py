@@ -287,45 +287,23 @@ class Scheduler:
         return row.finish_reason is None and not row.request.future.cancelled()
 
     def _regroup(self, joining: list[Row]) -> None:
-        """Add the joining rows and drop finished or abandoned ones, copying as few keys/values as it can.
+        """Add the joining rows and drop finished or abandoned ones: one slab rebuild per change.
 
-        A joining row takes a dead row's place, or a spare row, in place (``BatchKV.place``). Otherwise
-        the slabs are rebuilt (every row copied, which costs about a decode step at a full batch), and
-        a rebuild with no one joining waits until dead rows are a quarter of the batch, no row is live,
-        or padding is more than half the width: computing a few dead rows costs less than the copy.
+        Rows that leave while none join stay in place as dead rows (computed,
+        never read) until they are a quarter of the batch or no row is live: a
+        rebuild copies every row's keys/values, which costs about a decode step
+        at a full batch, so one per departing row would cost more than the
+        wasted rows do.
         """
-        if joining and self._batch is not None:
-            free = [i for i, r in enumerate(self._rows) if not self._live(r)]
-            placed = self._batch.place(free, [r.prompt_kv for r in joining])
-            if placed is not None:
-                self.metrics.inc("batch_joins_in_place_total", len(joining))
-                for t, r in zip(placed, joining, strict=True):
-                    r.prompt_kv = None
-                    if t < len(self._rows):
-                        self._rows[t] = r
-                    else:
-                        self._rows.append(r)
-                joining = []
         keep = [i for i, r in enumerate(self._rows) if self._live(r)]
         dead = len(self._rows) - len(keep)
-        if not joining:
-            if not keep:
-                if self._rows:
-                    self._rows, self._batch = [], None
-                return
-            widest = max(self._batch.kv_len[i] for i in keep) if self._batch is not None else 0
-            padded = self._batch is not None and 2 * widest < self._batch.width
-            if not padded and (dead == 0 or dead * 4 <= len(self._rows)):
-                return
+        if not joining and (dead == 0 or (keep and dead * 4 <= len(self._rows))):
+            return
         joining_kv = [r.prompt_kv for r in joining]
         for r in joining:
             r.prompt_kv = None
-        t0 = time.perf_counter()
-        spare = max(0, self.max_batch - len(keep) - len(joining_kv))
-        self._batch = kv.rebuild(self._batch, keep, joining_kv, spare_rows=spare)
+        self._batch = kv.rebuild(self._batch, keep, joining_kv)
         self._rows = [self._rows[i] for i in keep] + joining
-        self.metrics.inc("batch_rebuilds_total")
-        self.metrics.inc("batch_rebuild_seconds_total", time.perf_counter() - t0)
 
     def _step(self) -> None:
         m = self.model
