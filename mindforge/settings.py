@@ -19,7 +19,7 @@ EngineDtype = Literal["float32", "bfloat16"]
 ENGINE_BACKENDS: tuple[str, ...] = ("embedded", "vllm")
 ENGINE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 # The embedded engine's most sequences in one decode step. Measured on the default model (2 cores), the
-# sealed eval's first 160 tasks with 64 requests in flight: 355 s at 32, 284 s at 64 (a step of 26 rows
+# sealed eval's first 160 tasks with 64 requests in flight: scored in 350 s at 32, 279 s at 64 (a step of 26 rows
 # costs less than one of 22 that new requests queue behind). 64 rows of ~1k tokens hold ~3 GB of fp32 keys/values.
 ENGINE_MAX_BATCH = 64
 

@@ -140,12 +140,14 @@ def next_cycle(run_dir: Path) -> int:
     return n
 
 
-def planned_first_cycle(run_dir: Path, run_id: str) -> int:
-    """The first cycle of the invocation ``run_id``, fixed when it first asks.
+def planned_first_cycle(run_dir: Path, run_id: str | None) -> int:
+    """The first cycle of the invocation ``run_id``, fixed when it first asks (None: the next cycle).
 
     A Prefect retry calls the flow again with the same parameters; without this, a retry after cycle 2
     of 1..3 failed would run cycles 2..4, one cycle more than asked and with another last cycle.
     """
+    if run_id is None:
+        return next_cycle(run_dir)
     path = Path(run_dir) / "invocations" / f"{run_id}.json"
     if path.is_file():
         return int(json.loads(path.read_text(encoding="utf-8"))["first_cycle"])

@@ -18,7 +18,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.runtime import flow_run
 
-from mindforge.cycle import CycleConfig, CycleResult, next_cycle, run_cycle, run_cycles
+from mindforge.cycle import CycleConfig, CycleResult, run_cycle, run_cycles
 from mindforge.cycle.config import validate_stage_configs
 from mindforge.cycle.core import StageRunner, generation_line, planned_first_cycle
 from mindforge.eval.report import efficacy_cell
@@ -110,9 +110,7 @@ def rsi_cycle(params: CycleConfig) -> list[dict[str, Any]]:
 
     logger = get_run_logger()
     settings = load_settings().with_engine(params.engine)
-    run_id = flow_run.id  # None when the function is called outside a flow run
-    first = params.first_cycle or (planned_first_cycle(params.run_dir, run_id) if run_id
-                                   else next_cycle(params.run_dir))
+    first = params.first_cycle or planned_first_cycle(params.run_dir, flow_run.id)  # id None outside a run
     params = params.model_copy(update={"first_cycle": first})
     validate_stage_configs(params, first)  # before anything slow starts
     logger.info(f"run {params.run_dir}: cycles {first}..{first + params.cycles - 1}, stages {params.stages}")
