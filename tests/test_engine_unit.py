@@ -287,6 +287,34 @@ def test_concurrent_prompts_are_prefilled_together_and_match_alone(tiny):
         assert torch.allclose(torch.tensor(choice.logprobs), ref, atol=1e-4), name
 
 
+def test_identical_prompts_admitted_together_share_one_prefill_and_sample_as_alone(tiny):
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=0)  # no cache: only sharing reuses
+    sched._load("A", tiny / "A")
+    sched._load("B", tiny / "B")
+    ids = prompt(sched, "one task, four attempts, each its own session and seed")
+    params = [("A", 1), ("A", 2), ("A", 3), ("B", 1), ("A", 1)]  # B: same prompt, other adapter: not shared
+    futures = [sched.submit(GenerationRequest(n, ids, SamplingParams(max_tokens=6, temperature=1.2, seed=s,
+                                                                      logprobs=0)))
+               for n, s in params]
+    sched.start()  # all queued before the first loop: one admission takes them all
+    try:
+        together = [f.result(60) for f in futures]
+        counters = dict(sched.metrics.counters)
+        alone = [generate(sched, n, ids, max_tokens=6, temperature=1.2, seed=s, logprobs=0) for n, s in params]
+    finally:
+        sched.stop()
+    assert counters["prefill_batches_total"] == 1
+    assert counters["requests_total"] == 5 and counters["prompt_tokens_total"] == 5 * len(ids)
+    assert counters["prefill_tokens_total"] == 2 * len(ids)  # one prefill for A's four, one for B's
+    assert counters["prefill_shared_total"] == 3
+    assert [r.cached_tokens for r in together] == [0, len(ids), len(ids), 0, len(ids)]
+    assert [r.choices[0].token_ids for r in together] == [r.choices[0].token_ids for r in alone]
+    for t, a in zip(together, alone, strict=True):
+        assert torch.allclose(torch.tensor(t.choices[0].logprobs), torch.tensor(a.choices[0].logprobs), atol=1e-5)
+    assert together[0].choices[0].token_ids == together[4].choices[0].token_ids  # same seed, same sample
+    assert len({tuple(r.choices[0].token_ids) for r in together[:3]}) > 1
+
+
 def test_chunked_prefill_gives_the_whole_prompt_logits(tiny):
     from mindforge.engine.model import PrefillJob
 

@@ -29,7 +29,10 @@ _COUNTERS = {
     "prefill_tokens_total": "Prompt tokens run through the model (not taken from the prefix cache).",
     "prefix_cache_hits_total": "Prefills that reused a cached prefix.",
     "prefix_cache_misses_total": "Prefills that found no cached prefix.",
-    "prefill_tokens_saved_total": "Prompt tokens taken from the prefix cache instead of recomputed.",
+    "prefill_tokens_saved_total": "Prompt tokens taken from the prefix cache, or from an identical prompt's "
+                                  "prefill, instead of recomputed.",
+    "prefill_shared_total": "Requests prefilled together with an identical one (same adapter and prompt) "
+                            "admitted beside it.",
     "decode_steps_total": "Batched decode steps.",
     "decode_seconds_total": "Wall time spent in decode steps (forward, sampling and bookkeeping).",
     "prefill_seconds_total": "Wall time spent in batched prefills.",

@@ -11,7 +11,10 @@ turn of the same conversation prefills only its new tokens.
 A request that arrives while others decode waits at most one decode step
 plus the prefill it is admitted with (``prefill_budget`` prompt tokens
 bound how much prefill one loop iteration takes on). ``n`` choices share one prefill: the
-prompt's keys/values are copied into ``n`` rows when they join.
+prompt's keys/values are copied into ``n`` rows when they join. So do requests admitted together
+with the same adapter and the same prompt: a stage's G samples of one task (each its own session
+and seed) arrive together, and the prefix cache only helps a request admitted after the first
+one's prefill.
 
 Adapter loads and unloads run on this thread between steps; an unloaded
 name disappears for new requests at once, and its weights and cache
@@ -197,8 +200,13 @@ class Scheduler:
             self._retired_slots.remove(slot)
 
     def _admit(self) -> list[Row]:
-        """Take the waiting requests that fit the batch and the prefill budget, and prefill them together."""
-        jobs: list[tuple[GenerationRequest, object, PrefillJob]] = []
+        """Take the waiting requests that fit the batch and the prefill budget, and prefill them together.
+
+        A request whose adapter and prompt are those of one already taken joins that one's prefill
+        (it costs no budget).
+        """
+        jobs: list[tuple[list[GenerationRequest], object, PrefillJob]] = []
+        same: dict[tuple[object, tuple[int, ...]], int] = {}  # (cache key, prompt) -> index in jobs
         budget = self.prefill_budget
         active = sum(r.finish_reason is None for r in self._rows)
         while self._waiting and budget > 0:
@@ -210,13 +218,19 @@ class Scheduler:
                 break
             self._waiting.popleft()
             try:
-                cache_key, job = self._prepare(req)
+                key = (self._slot_for(req.model)[1], tuple(req.prompt_ids))
+                if key in same:
+                    jobs[same[key]][0].append(req)
+                    self._count_shared(req)
+                else:
+                    cache_key, job = self._prepare(req)
+                    same[key] = len(jobs)
+                    jobs.append(([req], cache_key, job))
+                    budget -= len(job.ids) - job.start
             except Exception as exc:  # noqa: BLE001 - the request fails, the engine keeps serving
                 self.metrics.inc("request_errors_total")
                 resolve(req.future, error=exc)
                 continue
-            jobs.append((req, cache_key, job))
-            budget -= len(job.ids) - job.start
             active += req.params.n
         return self._prefill(jobs) if jobs else []
 
@@ -235,8 +249,7 @@ class Scheduler:
         m = self.model
         geo = m.geometry
         prefix, p = self.cache.lookup(cache_key, ids, max_len=len(ids) - 1)
-        self.metrics.inc("requests_total")
-        self.metrics.inc("prompt_tokens_total", len(ids))
+        self._count_request(len(ids))
         self.metrics.inc("prefix_cache_hits_total" if p else "prefix_cache_misses_total")
         self.metrics.inc("prefill_tokens_saved_total", p)
         self.metrics.inc("prefill_tokens_total", len(ids) - p)
@@ -248,7 +261,18 @@ class Scheduler:
         req.cached_tokens = p
         return cache_key, PrefillJob(list(ids), p, layers, slot)
 
-    def _prefill(self, jobs: list[tuple[GenerationRequest, object, PrefillJob]]) -> list[Row]:
+    def _count_request(self, prompt_tokens: int) -> None:
+        self.metrics.inc("requests_total")
+        self.metrics.inc("prompt_tokens_total", prompt_tokens)
+
+    def _count_shared(self, req: GenerationRequest) -> None:
+        """A request that shares an identical request's prefill: all its prompt tokens are reused."""
+        self._count_request(len(req.prompt_ids))
+        self.metrics.inc("prefill_shared_total")
+        self.metrics.inc("prefill_tokens_saved_total", len(req.prompt_ids))
+        req.cached_tokens = len(req.prompt_ids)
+
+    def _prefill(self, jobs: list[tuple[list[GenerationRequest], object, PrefillJob]]) -> list[Row]:
         """One batched prefill for ``jobs``, then each request's first token for each of its ``n`` choices."""
         m = self.model
         t0 = time.perf_counter()
@@ -256,24 +280,28 @@ class Scheduler:
             logits_J_V = m.prefill([job for _, _, job in jobs])
         except Exception as exc:
             log.exception("prefill failed")
-            for req, _, _ in jobs:
-                self.metrics.inc("request_errors_total")
-                resolve(req.future, error=exc)
+            for reqs, _, _ in jobs:
+                for req in reqs:
+                    self.metrics.inc("request_errors_total")
+                    resolve(req.future, error=exc)
             return []
         rows, which = [], []
-        for j, (req, cache_key, job) in enumerate(jobs):
+        for j, (reqs, cache_key, job) in enumerate(jobs):
             prompt_kv = kv.row_from_slabs(job.layers)
             self.cache.insert(cache_key, job.ids, prompt_kv)
-            for i in range(req.params.n):
-                seed = None if req.params.seed is None else req.params.seed + i
-                rows.append(Row(req, i, job.slot, cache_key, make_generator(seed, m.device), prompt_kv=prompt_kv))
-                which.append(j)
+            for req in reqs:
+                for i in range(req.params.n):
+                    seed = None if req.params.seed is None else req.params.seed + i
+                    rows.append(Row(req, i, job.slot, cache_key, make_generator(seed, m.device),
+                                    prompt_kv=prompt_kv))
+                    which.append(j)
         draws = draw_batch(logits_J_V[which], [r.params for r in rows], [r.generator for r in rows])
         for row, d in zip(rows, draws, strict=True):
             row.append(d, m.tokenizer, m.eos_ids, m.geometry.max_positions)
         elapsed = time.perf_counter() - t0
-        for req, _, _ in jobs:
-            req.started_at, req.prefill_s = t0, elapsed
+        for reqs, _, _ in jobs:
+            for req in reqs:
+                req.started_at, req.prefill_s = t0, elapsed
         self.metrics.inc("generated_tokens_total", len(rows))
         self.metrics.inc("prefill_seconds_total", elapsed)
         self.metrics.inc("prefill_batches_total")
