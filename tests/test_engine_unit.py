@@ -116,6 +116,31 @@ def test_top_p_keeps_the_nucleus_and_renormalises():
     assert [t for t, _ in greedy.top] == [0, 1]
 
 
+@pytest.mark.parametrize("temperature, top_p, scale", [(0.2, 0.9, 3.0), (1.0, 0.95, 3.0), (1.0, 0.9, 0.01)])
+def test_batched_nucleus_draws_follow_the_sampling_distribution(temperature, top_p, scale):
+    """The batch's nucleus search among the top candidates samples the distribution ``sampling_logprobs``
+    describes, reports its logprobs, and falls back to the whole vocabulary when the nucleus is wider
+    (scale 0.01: nearly flat logits over 500 tokens)."""
+    from mindforge.engine.sampling import NUCLEUS_K, draw_batch
+
+    torch.manual_seed(0)
+    logits_B_V = torch.randn(3, 500) * scale
+    params = [SamplingParams(temperature=temperature, top_p=top_p, logprobs=1)] * 3
+    want_B_V = torch.stack([sampling_logprobs(row, params[0]) for row in logits_B_V])
+    gens = [make_generator(b, "cpu") for b in range(3)]
+    counts = torch.zeros(3, 500)
+    for _ in range(3000):
+        for b, d in enumerate(draw_batch(logits_B_V, params, gens)):
+            assert d.logprob == pytest.approx(float(want_B_V[b, d.token]), abs=1e-4)
+            assert d.top[0][1] == pytest.approx(float(want_B_V[b].max()), abs=1e-4)
+            counts[b, d.token] += 1
+    kept = torch.isfinite(want_B_V)
+    assert (counts[~kept] == 0).all()
+    assert ((kept.sum(-1) > NUCLEUS_K) == (scale < 1)).all()  # the flat case takes the fallback
+    freq = counts / counts.sum(-1, keepdim=True)
+    assert (freq - want_B_V.exp()).abs().max() < 0.03
+
+
 def test_seeded_draws_repeat():
     logits = torch.randn(50)
     params = SamplingParams(temperature=1.3)
