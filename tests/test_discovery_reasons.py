@@ -163,10 +163,10 @@ def test_every_generated_kind_and_level_is_sound_in_the_sandbox(tmp_path: Path, 
 
     c = cfg(tmp_path)
     for kind in procedural.LEVELLED:
-        for level in range(1, procedural.LEVELS + 1):
-            for index in range(8):
-                p = procedural.propose(kind, [], index, 7, level=level)
-                assert p.level == level and p.proposer == f"procedural/{kind}"
+        for variant, level in procedural.variants(kind).items():
+            for index in range(8 if kind != "function" else 1):  # every function variant: the next test
+                p = procedural.propose(kind, [], index, 7, variant=variant)
+                assert p.level == level and p.variant == variant and p.proposer == f"procedural/{kind}"
                 task = Task.model_validate(p.data)
                 d = judge(c, DiscoveryServices(verifier=pool), p, task, {})
                 assert d.accepted, (kind, level, task.prompt, d.reason, d.detail)

@@ -40,6 +40,8 @@ def discover(
     min_samples: Annotated[int, typer.Option(help="Attempts before the early stop")] = 4,
     max_samples: Annotated[int, typer.Option(help="Attempts at most per task")] = 12,
     max_tokens: Annotated[int, typer.Option(help="Solver tokens per answer")] = 160,
+    temperature: Annotated[float | None, typer.Option(help="Answer sampling temperature of the solve-rate "
+                                                           "attempts (unset: 0.8; negative: the HCP's)")] = None,
     no_difficulty: Annotated[bool, typer.Option("--no-difficulty", help="Keep verified tasks without solving")] = False,
     seed: Annotated[int, typer.Option(help="Proposal and sampling seed")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="End with one JSON summary line on stdout")] = False,
@@ -55,7 +57,9 @@ def discover(
     from mindforge.errors import InputError, pydantic_problems
     from mindforge.run_services import open_run_services
 
-    extra = {"proposers": tuple(proposer)} if proposer else {}
+    extra: dict = {"proposers": tuple(proposer)} if proposer else {}
+    if temperature is not None:
+        extra["temperature"] = None if temperature < 0 else temperature
     try:
         config = DiscoveryConfig(run_dir=run_dir, cycle=cycle, budget=budget, hcp=hcp, families=tuple(family or ()),
                                  band=(band_low, band_high), min_samples=min_samples, max_samples=max_samples,

@@ -3,10 +3,11 @@
 Why the knobs exist (the ways published task-synthesis pipelines go wrong):
 
 - ``band``, ``confidence``, ``min_samples``, ``max_samples``: a task is kept
-  only when the Wilson interval of the current model's solve rate lies inside
-  the band, so learnability is never read off two lucky samples; sampling
-  stops early once the first ``min_samples`` attempts agree or the interval
-  is decided.
+  when the Wilson interval of the current model's solve rate lies inside the
+  band, or, after ``max_samples`` attempts, when the rate itself does, so
+  learnability is never read off two lucky samples; sampling stops early once
+  the first ``min_samples`` attempts agree or the interval is decided.
+- ``temperature``: the answer sampling of those attempts (see the field).
 - ``near_duplicate``: n-gram Jaccard over prompt and tests above it is a
   near-duplicate of the archive (all cycles and the seeds).
 - ``decontaminate``: datasets the solver is evaluated on; a task too close to
@@ -14,10 +15,9 @@ Why the knobs exist (the ways published task-synthesis pipelines go wrong):
   present).
 - ``budget``: candidates proposed and judged this cycle (the unit a rerun
   resumes in).
-- ``round_size``, ``start_level``: candidates are planned a round at a time,
-  and a generated kind starts at ``start_level`` in a run's first cycle
-  (later cycles where the last one left it) and then follows its staircase
-  (see ``stage.levels``): a fixed difficulty wastes a small model's budget
+- ``round_size``: candidates are planned a round at a time; the kinds and the
+  generators of the next round are drawn on the acceptances so far (see
+  ``stage.draw_arm``): a fixed difficulty wastes a small model's budget
   on tasks it always or never solves.
 """
 
@@ -46,8 +46,8 @@ class DiscoveryConfig(BaseModel):
     examples: int = Field(default=3, ge=1, le=8, description="Reference tasks shown to the model proposer")
     propose_max_tokens: int = Field(default=384, ge=16, le=8192)
     seed: int = 0
-    round_size: int = Field(default=8, ge=1, description="Candidates planned together; levels adapt between rounds")
-    start_level: int = Field(default=1, ge=1, le=3, description="First difficulty level of a generated kind")
+    round_size: int = Field(default=16, ge=1, description="Candidates planned together; the draws adapt between "
+                                                            "rounds")
     reference_runs: int = Field(default=2, ge=2, le=32, description="Sandbox runs the reference must pass")
     # difficulty
     band: tuple[float, float] = (0.1, 0.9)
@@ -55,6 +55,11 @@ class DiscoveryConfig(BaseModel):
     min_samples: int = Field(default=4, ge=1, le=64)
     max_samples: int = Field(default=12, ge=1, le=256)
     max_tokens: int = Field(default=160, ge=8, le=4096, description="Solver tokens per answer")
+    # The solve rate that says what the model can learn from is the one at the temperature its training
+    # samples at (rejection sampling's attempts, 0.8), not the HCP's near-greedy answer sampling (0.2),
+    # where most tasks come out 0 of 4 or 4 of 4 and nothing is learnable. None: the HCP's own.
+    temperature: float | None = Field(default=0.8, ge=0.0, le=2.0, description="Answer sampling temperature "
+                                                                               "of the solve-rate attempts")
     measure_difficulty: bool = True  # False: verified tasks are kept without solving (no engine needed)
     # cheap checks
     max_prompt_chars: int = Field(default=4000, ge=16)

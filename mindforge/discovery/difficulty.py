@@ -7,8 +7,11 @@ an attempt (it says nothing about the model) and is never counted.
 
 Sampling is sequential: ``min_samples`` attempts first; if they all agree
 (all passes or all failures) the task is settled as too easy or too hard
-without spending more; otherwise batches continue until the interval lies
-inside the band, wholly outside it, or ``max_samples`` is reached.
+without spending more; otherwise batches of ``min_samples`` more continue
+until the interval lies inside the band or wholly outside it. At
+``max_samples`` the solve rate itself decides: 2 of 12 is a task the model
+solves now and then, the one rejection sampling learns most from, though
+its interval reaches below 0.1.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class Difficulty(BaseModel):
     infra_errors: int
     low: float
     high: float
-    decision: str  # in_band | too_easy | too_hard | undecided | no_attempts
+    decision: str  # in_band | too_easy | too_hard | no_attempts (journals of earlier versions: undecided)
 
     @property
     def rate(self) -> float:
@@ -52,7 +55,7 @@ def wilson(passes: int, n: int, confidence: float = 0.9) -> tuple[float, float]:
 
 
 def decide(passes: int, n: int, band: tuple[float, float], confidence: float, final: bool) -> str | None:
-    """in_band / too_easy / too_hard when the interval settles it; ``undecided`` only when ``final``."""
+    """in_band / too_easy / too_hard when the interval settles it, or when ``final`` the solve rate."""
     lo, hi = wilson(passes, n, confidence)
     if band[0] <= lo and hi <= band[1]:
         return "in_band"
@@ -60,7 +63,7 @@ def decide(passes: int, n: int, band: tuple[float, float], confidence: float, fi
         return "too_easy"
     if hi < band[0] or (final and passes / n < band[0]):
         return "too_hard"
-    return "undecided" if final else None
+    return "in_band" if final else None
 
 
 Attempts = Callable[[int, int], Sequence[bool | None]]
@@ -93,4 +96,5 @@ def measure(attempt: Attempts, band: tuple[float, float], confidence: float,
         if decision is not None:
             lo, hi = wilson(passes, n, confidence)
             return Difficulty(passes=passes, attempts=n, infra_errors=infra, low=lo, high=hi, decision=decision)
-        batch = min(max(min_samples // 2, 2), max_samples - n)
+        # as many again: each batch waits for the slowest of its answers, and a round for its slowest task
+        batch = min(max(min_samples, 2), max_samples - n)

@@ -58,15 +58,22 @@ def finish(config: DiscoveryConfig, journal: Journal, seconds: float, hcp_versio
     if infra_pending:
         reasons["infra_error"] += infra_pending
     by_proposer: dict[str, dict[str, int]] = {}
+    by_generator: dict[str, dict[str, int]] = {}
     for d in decisions:
-        slot = by_proposer.setdefault(d.proposer, {"candidates": 0, "accepted": 0})
-        slot["candidates"] += 1
-        slot["accepted"] += int(d.accepted)
+        p = journal.proposals.get(d.index)
+        keys = [(by_proposer, d.proposer)]
+        if p is not None and p.variant is not None:
+            keys.append((by_generator, f"{d.proposer.removeprefix('procedural/')}/{p.variant}"))
+        for table, key in keys:
+            slot = table.setdefault(key, {"candidates": 0, "accepted": 0})
+            slot["candidates"] += 1
+            slot["accepted"] += int(d.accepted)
     acc_rows, rej_rows = rows(decisions)
     result = DiscoveryResult(
         cycle=config.cycle, accepted=len(accepted), by_family=dict(sorted(Counter(t.family for t in accepted).items())),
         rejected=dict(sorted(reasons.items())), dataset=str(dataset.parent), rejected_path=str(rejected_path),
         candidates=len(decisions) + infra_pending, by_proposer=by_proposer,
+        by_generator=dict(sorted(by_generator.items(), key=lambda kv: (-kv[1]["accepted"], kv[0]))),
         acceptance_rate=round(len(accepted) / max(1, len(decisions) + infra_pending), 4),
         tasks_per_minute=round(len(accepted) / max(seconds / 60, 1e-9), 3), seconds=round(seconds, 2),
         hcp_version=hcp_version, accepted_rows=acc_rows, rejection_rows=rej_rows,

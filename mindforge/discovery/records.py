@@ -18,6 +18,8 @@ class DiscoveryResult(BaseModel):
     rejected_path: str
     candidates: int
     by_proposer: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # a generated kind's generators ("function/count_char"), most accepted first: how spread the yield is
+    by_generator: dict[str, dict[str, int]] = Field(default_factory=dict)
     acceptance_rate: float
     tasks_per_minute: float
     seconds: float

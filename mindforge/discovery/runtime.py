@@ -6,8 +6,9 @@
   verification and every solver attempt is judged there), removed on exit;
 - solver: the current model attempting a task through the production harness
   (route, routed adapter; the summary hop, which only later turns read, is
-  skipped) in a fresh session per attempt, scored by the sandbox with the
-  same rollout code Update trains from;
+  skipped) in a fresh session per attempt, its answers sampled at the
+  config's ``temperature``, scored by the sandbox with the same rollout code
+  Update trains from;
 - propose role: the harness's ``propose`` hop with the HCP's prompt.
 
 The engine is the run's (``mindforge.run_services``); with
@@ -54,6 +55,16 @@ class AttemptSolver:
         return [None if t.reward is None else t.reward >= 1.0 for t in groups[0]]
 
 
+def answering_at(hcp: HCP, temperature: float | None) -> HCP:
+    """``hcp`` with its answer role sampling at ``temperature`` (None: unchanged)."""
+    if temperature is None:
+        return hcp
+    sampling = hcp.provider.sampling
+    answer = sampling.answer.model_copy(update={"temperature": temperature})
+    provider = hcp.provider.model_copy(update={"sampling": sampling.model_copy(update={"answer": answer})})
+    return hcp.model_copy(update={"provider": provider})
+
+
 def needs_engine(config: DiscoveryConfig) -> bool:
     return config.measure_difficulty or "model" in config.proposers
 
@@ -95,7 +106,8 @@ def build_services(stack: ExitStack, run: RunServices, config: DiscoveryConfig, 
 
         if pool is not None:
             services.solver = AttemptSolver(HarnessSolver(runner_for, pool, concurrency=16),
-                                            hcp, config.seed, trajectories=stage_dir(config) / "trajectories")
+                                            answering_at(hcp, config.temperature), config.seed,
+                                            trajectories=stage_dir(config) / "trajectories")
         services.propose_role = propose_role
     return services
 

@@ -5,10 +5,9 @@
 1. ``plan``: candidate ``i`` comes from a procedural proposer (no model) or,
    for a share of the budget, from the model's ``propose`` role; every
    proposal is journaled before it is judged, so a rerun judges the same one.
-   The budget is planned in rounds of ``round_size``: a generated kind's
-   difficulty level for the next round follows a staircase over its last
-   decisions (too easy: one level up; too hard: one down), and the kinds of
-   the next round are drawn by Thompson sampling on each kind's acceptances,
+   The budget is planned in rounds of ``round_size``: the kinds of the next
+   round, and each generated kind's generator (its variant, which sets the
+   difficulty level), are drawn by Thompson sampling on their acceptances,
    so the budget goes where the current model is near its band, whatever
    its size. Both start from the run's earlier cycles (their journals, the
    older the lighter), so a later cycle does not relearn them;
@@ -34,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +62,12 @@ from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Task
 
 
+# Candidates judged at once: each samples ``min_samples`` (4) attempts together, so 16 fill the engine's
+# 64-sequence batch (measured at 8 in flight: a decode batch of 8 sequences on average, the engine busy 93%
+# of Discovery's time at a third of the tokens a step it can take).
+JUDGES_IN_FLIGHT = 16
+
+
 class Solver(Protocol):
     """The current model attempting a task: one entry per attempt, True pass, False fail, None infra error."""
 
@@ -91,7 +95,7 @@ class DiscoveryServices:
     progress: Callable[[int, int], None] | None = None  # (candidates decided, budget), for a progress bar
     # Where candidates are judged: ``mapper`` runs ``judge`` (Candidate -> Decision, None on persistent
     # infrastructure errors) over them; without ``judge``, ``judge_with_retries`` on these services.
-    mapper: Mapper = field(default_factory=lambda: ThreadMapper(8))
+    mapper: Mapper = field(default_factory=lambda: ThreadMapper(JUDGES_IN_FLIGHT))
     judge: Callable[[Candidate], Decision | None] | None = None
     infra_retries: int = 2
     # Sealed benchmarks (mindforge.tasks.benchmarks): decontaminated against, never a seed or a parent.
@@ -116,90 +120,110 @@ def _is_model_slot(config: DiscoveryConfig, index: int) -> bool:
     return index % step == step - 1
 
 
-STAIRCASE_WINDOW = 3  # a kind's last difficulty decisions that set its next level
-
-
 def earlier_journals(config: DiscoveryConfig) -> list[Journal]:
     """The Discovery journals of this run's earlier cycles, oldest first.
 
-    The model has changed since, but which kinds yielded tasks in its band
-    and at what level is the best first guess for this cycle: without them
-    every cycle's first round spent half its budget relearning that the
-    bugfix and compose kinds were out of reach (measured: 8 to 12 of 20
-    candidates a cycle, none accepted).
+    The model has changed since, but which kinds and generators yielded tasks
+    in its band is the best first guess for this cycle: without them every
+    cycle's first round spent half its budget relearning that the bugfix and
+    compose kinds were out of reach (measured: 8 to 12 of 20 candidates a
+    cycle, none accepted).
     """
     run = RunDir(config.run_dir)
     paths = (run.stage(c, "discovery") / "journal.jsonl" for c in range(1, config.cycle))
     return [Journal(p) for p in paths if p.exists()]
 
 
-def levels(config: DiscoveryConfig, journal: Journal, history: Sequence[Journal] = ()) -> dict[str, int]:
-    """Each generated kind's level for new proposals: a staircase over its decided candidates.
-
-    Each of the kind's last ``STAIRCASE_WINDOW`` difficulty decisions (index
-    order) votes for its own level plus one (too easy), minus one (too hard)
-    or the same (in band); the mean, rounded half up and clamped, is the next
-    level.
-    Rejections that say nothing of difficulty (a failing reference, a
-    duplicate) do not vote. The earlier cycles' journals (``history``) vote
-    first, so a kind starts this cycle where the last one left it. Computed
-    from the journals, so a rerun agrees.
-    """
-    votes: dict[str, list[int]] = {k: [] for k in procedural.LEVELLED}
-    step = {"too_easy": 1, "too_hard": -1, None: 0}
-    for j in [*history, journal]:
-        for i in sorted(j.decisions):
-            d, p = j.decisions[i], j.proposals.get(i)
-            kind = d.proposer.removeprefix("procedural/")
-            if kind in votes and p is not None and p.level is not None and (d.accepted or d.reason in step):
-                votes[kind].append(p.level + step[None if d.accepted else d.reason])
-    out = {}
-    for kind, v in votes.items():
-        recent = v[-STAIRCASE_WINDOW:]
-        level = math.floor(sum(recent) / len(recent) + 0.5) if recent else config.start_level
-        out[kind] = max(1, min(procedural.LEVELS, level))
-    return out
-
-
-def _staircase_will_move(d: Decision, p: Proposal | None) -> bool:
-    """A too-easy or too-hard candidate of a generated kind with a level left to move to: the staircase's
-    business (it changes the level), not evidence against the kind."""
-    if p is None or p.level is None:
-        return False
-    return (d.reason == "too_easy" and p.level < procedural.LEVELS) or (d.reason == "too_hard" and p.level > 1)
-
-
 HISTORY_DECAY = 0.5  # the weight of a decision one cycle older: the model it measured has been trained since
+LEVEL_POOLING = 0.25  # the weight an arm's level-mates' record has in its own prior
+PRIOR_STRENGTH = 4.0  # candidates' worth of the kind's acceptance rate in an arm's prior
+
+
+def _weighted(journal: Journal, history: Sequence[Journal]):
+    """(weight, proposal or None, decision) over this cycle's journal and the earlier ones, each cycle back
+    weighted by ``HISTORY_DECAY`` once more."""
+    for age, j in enumerate(reversed([*history, journal])):
+        weight = HISTORY_DECAY ** age
+        for i, d in j.decisions.items():
+            yield weight, j.proposals.get(i), d
 
 
 def kind_record(kinds: Sequence[str], journal: Journal,
                 history: Sequence[Journal] = ()) -> dict[str, tuple[float, float]] | None:
-    """Each procedural kind's (accepted, decided) candidates so far, leaving out the decisions the staircase
-    answers by moving the level; None before any decision. The earlier cycles' journals (``history``,
-    oldest first) count too, each cycle back weighted by ``HISTORY_DECAY`` once more."""
+    """Each procedural kind's (accepted, decided) candidates so far, the earlier cycles' weighted by
+    ``HISTORY_DECAY``; None before any decision."""
     stats = {k: [0.0, 0.0] for k in kinds}
-    for age, j in enumerate(reversed([*history, journal])):
-        weight = HISTORY_DECAY ** age
-        for i, d in j.decisions.items():
-            kind = d.proposer.removeprefix("procedural/")
-            if kind in stats and not _staircase_will_move(d, j.proposals.get(i)):
-                stats[kind][0] += weight * int(d.accepted)
-                stats[kind][1] += weight
+    for weight, _, d in _weighted(journal, history):
+        kind = d.proposer.removeprefix("procedural/")
+        if kind in stats:
+            stats[kind][0] += weight * int(d.accepted)
+            stats[kind][1] += weight
     if not any(n for _, n in stats.values()):
         return None
     return {k: (a, n) for k, (a, n) in stats.items()}
 
 
-def draw_kind(record: dict[str, tuple[float, float]], seed: int, index: int) -> str:
-    """Thompson sampling over kinds: the highest draw from each kind's Beta(accepted + 1, rejected + 1).
+Arm = tuple[str, str | None]
+"""A generator the plan draws: (procedural kind, variant); the variant is None for a pool-derived kind."""
 
-    A kind the current model always or never solves (at every level the
-    staircase tried) gives its slots to kinds that yield learnable tasks,
-    and still gets one now and then, so a kind that starts working is found.
-    Seeded by the candidate index: a rerun draws the same kind.
+
+def arms(kinds: Sequence[str]) -> list[Arm]:
+    return [(k, v) for k in dict.fromkeys(kinds) for v in (procedural.variants(k) or [None])]
+
+
+def arm_record(kinds: Sequence[str], journal: Journal, history: Sequence[Journal] = ()) -> dict[Arm, tuple[float, float]]:
+    """Each arm's (accepted, decided) candidates, weighted as in ``kind_record``.
+
+    Every decision counts: a duplicate or a non-discriminating task says the
+    generator has nothing new to give, as a too-easy one says it is out of
+    the band.
     """
-    rng = procedural.rng_for(seed, index, "kind")
-    return max(record, key=lambda k: rng.betavariate(record[k][0] + 1, record[k][1] - record[k][0] + 1))
+    stats = {arm: [0.0, 0.0] for arm in arms(kinds)}
+    for weight, p, d in _weighted(journal, history):
+        kind = d.proposer.removeprefix("procedural/")
+        arm = (kind, p.variant if p is not None and procedural.variants(kind) else None)
+        if arm in stats:
+            stats[arm][0] += weight * int(d.accepted)
+            stats[arm][1] += weight
+    return {arm: (a, n) for arm, (a, n) in stats.items()}
+
+
+def draw_arm(record: dict[Arm, tuple[float, float]], by_kind: dict[str, tuple[float, float]], seed: int,
+             index: int) -> Arm:
+    """Thompson sampling over every generator of every kind on its acceptances.
+
+    A small model's solve rate jumps between neighbouring generators (add_k
+    always solved, char_at_k never, count_c about half), so the draw is per
+    generator, not per kind or level. Each arm's Beta posterior on its
+    accepted and rejected candidates starts from a prior worth
+    ``PRIOR_STRENGTH`` candidates at its kind's acceptance rate so far (a
+    kind has tens of generators: a uniform prior would spend a cycle trying
+    each before using the ones found in the band), plus its level-mates'
+    record weighted by ``LEVEL_POOLING``. A generator never accepted still
+    gets a slot now and then, so one the model grows into is found, and the
+    draws of a round spread over the generators that did well, so no one
+    generator's few distinct tasks are asked for again and again. Seeded by
+    the candidate index: a rerun draws the same.
+    """
+    levels: dict[tuple[str, int], list[float]] = {}
+    for (kind, v), (a, n) in record.items():
+        if v is not None:
+            tot = levels.setdefault((kind, procedural.variants(kind)[v]), [0.0, 0.0])
+            tot[0] += a
+            tot[1] += n
+    rng = procedural.rng_for(seed, index, "arm")
+
+    def draw(arm: Arm) -> float:
+        (kind, v), (a, n) = arm, record[arm]
+        ka, kn = by_kind.get(kind, (0.0, 0.0))
+        mean = (ka + 1) / (kn + 2)
+        a0 = n0 = 0.0
+        if v is not None:
+            la, ln = levels[(kind, procedural.variants(kind)[v])]
+            a0, n0 = LEVEL_POOLING * (la - a), LEVEL_POOLING * (ln - n)
+        return rng.betavariate(a + a0 + PRIOR_STRENGTH * mean, (n - a) + (n0 - a0) + PRIOR_STRENGTH * (1 - mean))
+
+    return max(sorted(record, key=lambda arm: (arm[0], arm[1] or "")), key=draw)
 
 
 MODEL_MALFORMED_LIMIT = 2
@@ -250,16 +274,17 @@ def plan(config: DiscoveryConfig, services: DiscoveryServices, pool: Sequence[Ta
     # kind, level), so without this a cycle repeated most of the last one's (measured: 13 to 14 of 20), and
     # a reject Update trained on could return as an accepted, then held-out, task.
     seen = {structure_hash(t) for t in pool} | {h for j in history for p in j.proposals.values() if (h := _hash_of(p))}
-    level = levels(config, journal, history)
-    record = kind_record(sorted(set(kinds)), journal, history)
+    by_kind = kind_record(sorted(set(kinds)), journal, history)
+    record = arm_record(kinds, journal, history)
     out = []
     for i in range(upto):
         p = journal.proposals.get(i)
         if p is None:
-            # the run's first round follows the schedule (every kind in turn); later ones, and every round
-            # of a later cycle, draw by results
-            kind = kinds[i % len(kinds)] if record is None else draw_kind(record, config.seed, i)
-            p = _fresh_procedural(kind, pool, i, config, seen, level.get(kind, config.start_level))
+            # the run's first round follows the schedule (every kind in turn, a generator drawn at random);
+            # later ones, and every round of a later cycle, draw by results
+            kind, variant = (kinds[i % len(kinds)], None) if by_kind is None else \
+                draw_arm(record, by_kind, config.seed, i)
+            p = _fresh_procedural(kind, pool, i, config, seen, variant)
             journal.add_proposal(p)
         h = _hash_of(p)
         if h:
@@ -276,13 +301,13 @@ def _hash_of(p: Proposal) -> str | None:
 
 
 def _fresh_procedural(kind: str, pool: Sequence[Task], index: int, config: DiscoveryConfig, seen: set[str],
-                      level: int) -> Proposal:
+                      variant: str | None) -> Proposal:
     """A procedural proposal, redrawn a few times when it repeats one already made (budget is not spent twice)."""
-    p = procedural.propose(kind, pool, index, config.seed, config.families, level=level)
+    p = procedural.propose(kind, pool, index, config.seed, config.families, variant=variant)
     for attempt in range(1, 8):
         if _hash_of(p) not in seen:
             break
-        p = procedural.propose(kind, pool, index, config.seed, config.families, attempt=attempt, level=level)
+        p = procedural.propose(kind, pool, index, config.seed, config.families, attempt=attempt, variant=variant)
     return p
 
 

@@ -38,6 +38,10 @@ def summary_markdown(result: dict[str, Any]) -> str:
              "acceptance rate": result["acceptance_rate"], "accepted tasks per minute": result["tasks_per_minute"],
              "seconds": result["seconds"], "HCP version": result["hcp_version"]}
     by_proposer = [f"{k}: {v['accepted']}/{v['candidates']} accepted" for k, v in result["by_proposer"].items()]
+    accepting = {k: v for k, v in result.get("by_generator", {}).items() if v["accepted"]}
+    if accepting:
+        by_proposer.append("accepted by generator: " + ", ".join(f"{k} {v['accepted']}/{v['candidates']}"
+                                                                  for k, v in accepting.items()))
     return artifacts.summary_markdown(f"Discovery, cycle {result['cycle']}", facts,
                                       [*by_proposer, f"dataset: `{result['dataset']}`",
                                        f"rejected candidates: `{result['rejected_path']}`"])

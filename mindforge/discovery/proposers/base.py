@@ -19,4 +19,5 @@ class Proposal(BaseModel):
     decoys: tuple[str, ...] = ()  # extra candidates the tests must fail (a mutated reference)
     harder_than_parent: bool = False
     note: str = ""  # e.g. the model's raw answer when it could not be parsed
-    level: int | None = None  # a generated kind's difficulty dial (Discovery's staircase sets it)
+    level: int | None = None  # a generated kind's difficulty level (its variant's)
+    variant: str | None = None  # a generated kind's generator, e.g. "count_char" (Discovery's bandit draws it)

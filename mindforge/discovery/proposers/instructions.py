@@ -268,16 +268,140 @@ def _first_above(rng: random.Random, k: int) -> Variant:
         [(xs, first(xs)) for xs in ([], [k, k + 1], [0, 1, k + 5, k + 9], [k - 1])]
 
 
+def _square_plus(rng: random.Random, k: int) -> Variant:
+    return f"square_plus_{k}", "x: int", f"returns x squared plus {k}", f"return x * x + {k}", \
+        [(x, x * x + k) for x in (0, 1, -3, rng.randint(4, 12))]
+
+
+def _distance_to(rng: random.Random, k: int) -> Variant:
+    return f"distance_to_{k}", "x: int", f"returns how far x is from {k} (the absolute value of x - {k})", \
+        f"return abs(x - {k})", [(x, abs(x - k)) for x in (k, 0, k + 3, -4)]
+
+
+def _sum_plus(rng: random.Random, k: int) -> Variant:
+    return f"sum_plus_{k}", "items: list", f"returns the sum of the numbers in the list plus {k}", \
+        f"return sum(items) + {k}", [(xs, sum(xs) + k) for xs in ([], [1, 2, 3], [-k], [rng.randint(5, 50), 7])]
+
+
+def _max_times(rng: random.Random, k: int) -> Variant:
+    return f"largest_times_{k}", "items: list", (f"returns the largest number in the non-empty list " \
+        f"multiplied by {k}"), f"return max(items) * {k}", \
+        [(xs, max(xs) * k) for xs in ([1], [3, 9, 2], [-5, -2], [rng.randint(10, 99), 4])]
+
+
+def _count_equal(rng: random.Random, k: int) -> Variant:
+    return f"count_equal_{k}", "items: list", f"returns how many items of the list are equal to {k}", \
+        f"return items.count({k})", [(xs, xs.count(k)) for xs in ([], [k], [k, 1, k, k + 1], [0, 2 * k])]
+
+
+def _remove_char(rng: random.Random, k: int) -> Variant:
+    c = rng.choice("aeiou")
+    words = ("", c * 2, f"x{c}y", rng.choice(WORDS), "zzz")
+    return f"remove_{c}", "s: str", f"returns s with every letter '{c}' removed", f"return s.replace('{c}', '')", \
+        [(w, w.replace(c, "")) for w in words]
+
+
+def _count_digits(rng: random.Random, k: int) -> Variant:
+    texts = ("", "abc", "a1b22", f"{rng.randint(100, 999)} apples")
+    return "count_digits", "s: str", "returns how many characters of s are digits (0-9)", \
+        "return sum(1 for ch in s if ch.isdigit())", [(t, sum(1 for ch in t if ch.isdigit())) for t in texts]
+
+
+def _count_upper(rng: random.Random, k: int) -> Variant:
+    texts = ("", "abc", "HeLLo", rng.choice(WORDS).capitalize() + " X")
+    return "count_uppercase", "s: str", "returns how many characters of s are uppercase letters", \
+        "return sum(1 for ch in s if ch.isupper())", [(t, sum(1 for ch in t if ch.isupper())) for t in texts]
+
+
+def _count_words(rng: random.Random, k: int) -> Variant:
+    texts = ("", "one", " ".join(rng.sample(WORDS, k)), "a  b   c")
+    return f"count_words_plus_{k}", "text: str", (f"returns the number of words in text (split on whitespace) " \
+        f"plus {k}"), f"return len(text.split()) + {k}", [(t, len(t.split()) + k) for t in texts]
+
+
+def _longer_than(rng: random.Random, k: int) -> Variant:
+    words = ("", "x" * k, "y" * (k + 1), rng.choice(WORDS) * 2)
+    return f"is_longer_than_{k}", "s: str", f"returns True when s has more than {k} characters, else False", \
+        f"return len(s) > {k}", [(w, len(w) > k) for w in words]
+
+
+def _between(rng: random.Random, k: int) -> Variant:
+    lo, hi = k, k * 4
+    return f"is_between_{lo}_and_{hi}", "x: int", (f"returns True when x is between {lo} and {hi} " \
+        f"(both included), else False"), f"return {lo} <= x <= {hi}", \
+        [(x, lo <= x <= hi) for x in (lo, hi, lo - 1, hi + 1, 0, lo + 1)]
+
+
+def _starts_with(rng: random.Random, k: int) -> Variant:
+    c = rng.choice("bcdmpst")
+    words = ("", c, f"{c}ab", f"ab{c}", rng.choice(WORDS))
+    return f"starts_with_{c}", "s: str", (f"returns True when the string s starts with the letter '{c}', " \
+        f"else False"), f"return s.startswith('{c}')", [(w, w.startswith(c)) for w in words]
+
+
+def _add_each(rng: random.Random, k: int) -> Variant:
+    return f"add_{k}_to_each", "items: list", f"returns a new list with {k} added to every number of the list", \
+        f"return [x + {k} for x in items]", [(xs, [x + k for x in xs]) for xs in ([], [0], [1, 2, 3], [-k, 10])]
+
+
+def _join_with(rng: random.Random, k: int) -> Variant:
+    sep = rng.choice(("-", "+", "/", ", ", "_"))
+    name = {"-": "dashes", "+": "plus_signs", "/": "slashes", ", ": "commas", "_": "underscores"}[sep]
+    return f"join_with_{name}", "words: list", f"returns the strings of the list joined with {sep!r} between them", \
+        f"return {sep!r}.join(words)", [(ws, sep.join(ws)) for ws in ([], ["a"], ["x", "y"], rng.sample(WORDS, 3))]
+
+
+def _reverse_words(rng: random.Random, k: int) -> Variant:
+    texts = ("", "one", "one two", " ".join(rng.sample(WORDS, 3)))
+    return "reverse_word_order", "text: str", ("returns the words of text (split on spaces) in reverse order, " \
+        "joined by single spaces"), "return ' '.join(text.split()[::-1])", \
+        [(t, " ".join(t.split()[::-1])) for t in texts]
+
+
+def _last_char(rng: random.Random, k: int) -> Variant:
+    words = ("", "a", "ab", rng.choice(WORDS))
+    return "last_character", "s: str", "returns the last character of s, or an empty string when s is empty", \
+        "return s[-1] if s else ''", [(w, w[-1] if w else "") for w in words]
+
+
+def _keep_longer(rng: random.Random, k: int) -> Variant:
+    words = rng.sample(WORDS, 4)
+    return f"strings_longer_than_{k}", "words: list", (f"returns the strings of the list that have more than " \
+        f"{k} characters, in order"), f"return [w for w in words if len(w) > {k}]", \
+        [(ws, [w for w in ws if len(w) > k]) for ws in ([], ["x" * (k + 1)], ["a", "b" * k], words)]
+
+
+def _count_even(rng: random.Random, k: int) -> Variant:
+    data = list(range(k, k + 5))
+    return "count_even", "items: list", "returns how many numbers in the list are even", \
+        "return sum(1 for x in items if x % 2 == 0)", \
+        [(xs, sum(1 for x in xs if x % 2 == 0)) for xs in ([], [1], [2, 4, 5], data)]
+
+
+def _capitalize_words(rng: random.Random, k: int) -> Variant:
+    texts = ("", "a", "hello world", " ".join(rng.sample(WORDS, 3)))
+    return "capitalize_words", "text: str", ("returns text with the first letter of every word in uppercase " \
+        "(words split on spaces, joined by single spaces)"), \
+        "return ' '.join(w[:1].upper() + w[1:] for w in text.split())", \
+        [(t, " ".join(w[:1].upper() + w[1:] for w in t.split())) for t in texts]
+
+
 FUNCTION_KINDS: dict[int, dict[str, Any]] = {
     1: {"add": _add, "times": _times, "repeat": _repeat, "minus": _minus, "prefix": _prefix,
-        "floor_div": _floor_div},
+        "floor_div": _floor_div, "square_plus": _square_plus, "starts_with": _starts_with},
     2: {"count_char": _count_char, "multiple": _multiple, "count_above": _count_above, "ends_with": _ends_with,
-        "replace_char": _replace_char, "char_at": _char_at},
+        "replace_char": _replace_char, "char_at": _char_at, "distance_to": _distance_to, "sum_plus": _sum_plus,
+        "count_equal": _count_equal, "remove_char": _remove_char, "longer_than": _longer_than,
+        "between": _between, "max_times": _max_times},
     3: {"first_n": _first_last("first"), "last_n": _first_last("last"), "clamp": _clamp, "chunks": _chunks,
-        "every_kth": _every_kth, "rotate": _rotate, "zero_pad": _zero_pad},
+        "every_kth": _every_kth, "rotate": _rotate, "zero_pad": _zero_pad, "count_digits": _count_digits,
+        "count_upper": _count_upper, "count_words": _count_words, "add_each": _add_each, "join_with": _join_with,
+        "last_char": _last_char, "count_even": _count_even},
     4: {"sum_multiples": _sum_multiples, "long_words": _long_words, "words_with": _words_with,
-        "drop_multiples": _drop_multiples, "pairs_summing": _pairs_summing, "first_above": _first_above},
+        "drop_multiples": _drop_multiples, "pairs_summing": _pairs_summing, "first_above": _first_above,
+        "reverse_words": _reverse_words, "keep_longer": _keep_longer, "capitalize_words": _capitalize_words},
 }
+VARIANT_LEVEL = {name: level for level, kinds in FUNCTION_KINDS.items() for name in kinds}
 
 
 def function_task(rng: random.Random, level: int = 2, kind: str | None = None) -> dict[str, Any]:

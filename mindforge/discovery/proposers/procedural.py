@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from mindforge.discovery.proposers.base import Proposal
 from mindforge.discovery.proposers.instructions import (
     LEVELS,
+    VARIANT_LEVEL,
     function_task,
     instruction_task,
     ui_task,
@@ -38,6 +39,14 @@ LEVELLED = {"instruction": instruction_task, "function": function_task, "ui": ui
 
 _SWAPS: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                             ast.NotEq: ast.Eq, ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv}
+
+
+def variants(kind: str) -> dict[str, int]:
+    """A generated kind's variants and the level of each: every function generator; for the instruction and UI
+    kinds, their levels (each level one generator)."""
+    if kind == "function":
+        return dict(VARIANT_LEVEL)
+    return {f"level{n}": n for n in range(1, LEVELS + 1)} if kind in LEVELLED else {}
 
 
 def kinds_for(families: Sequence[str]) -> list[str]:
@@ -127,9 +136,9 @@ def compose(pool: Sequence[Task], index: int, seed: int, families: Sequence[str]
 
 
 def propose(kind: str, pool: Sequence[Task], index: int, seed: int, families: Sequence[str] = (),
-            attempt: int = 0, level: int = 1) -> Proposal:
-    """Candidate ``index`` of ``kind`` at ``level`` (``attempt`` redraws); a generated task when the pool lacks
-    material for a pool-derived kind."""
+            attempt: int = 0, variant: str | None = None) -> Proposal:
+    """Candidate ``index`` of ``kind`` (``variant``: a generated kind's generator, drawn when None; ``attempt``
+    redraws); a generated task when the pool lacks material for a pool-derived kind."""
     out: Proposal | None = None
     seed = seed if attempt == 0 else hash((seed, attempt)) & 0xFFFFFFF
     if kind == "bugfix":
@@ -141,6 +150,11 @@ def propose(kind: str, pool: Sequence[Task], index: int, seed: int, families: Se
     if kind not in LEVELLED:
         kind = next((k for k in ("function", "instruction", "ui") if not families or set(FAMILY_OF[k]) & set(families)),
                     "instruction")
-    level = max(1, min(level, LEVELS))
-    return Proposal(index=index, proposer=f"procedural/{kind}", level=level,
-                    data=LEVELLED[kind](rng_for(seed, index, kind), level))
+        variant = None
+    rng = rng_for(seed, index, kind)
+    options = variants(kind)
+    if variant not in options:
+        variant = rng.choice(sorted(options))
+    level = options[variant]
+    data = function_task(rng, level, variant) if kind == "function" else LEVELLED[kind](rng, level)
+    return Proposal(index=index, proposer=f"procedural/{kind}", level=level, variant=variant, data=data)
