@@ -61,7 +61,6 @@ from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Task
 
-
 # Candidates judged at once: each samples ``min_samples`` (4) attempts together, so 16 fill the engine's
 # 64-sequence batch (measured at 8 in flight: a decode batch of 8 sequences on average, the engine busy 93%
 # of Discovery's time at a third of the tokens a step it can take).
