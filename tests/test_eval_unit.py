@@ -147,7 +147,11 @@ def test_a_killed_eval_resumes_at_the_shards_it_is_missing(tmp_path: Path) -> No
 
 def test_infra_errors_are_run_again_and_never_scored(tmp_path: Path) -> None:
     flaky = StandInSolver(passing={TASKS[2].id}, infra={TASKS[2].id})
-    result = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), _services(flaky))
+    logged: list[str] = []
+    services = _services(flaky)
+    services.log = logged.append
+    result = run_eval(EvalConfig(run_dir=tmp_path, cycle=0), services)
+    assert "1 task(s) hit an infrastructure error (infra_error: daemon gone); running them once more" in logged
     assert result.pass_at_1 == pytest.approx(1 / 6, abs=1e-5) and result.n == 6
     assert flaky.calls[-1] == [TASKS[2].id]
 
@@ -156,7 +160,7 @@ def test_infra_errors_are_run_again_and_never_scored(tmp_path: Path) -> None:
             self.infra = {t.id for t in tasks}
             return super().groups(hcp, tasks, samples, seed, **kw)
 
-    with pytest.raises(EvalError, match="infrastructure error"):
+    with pytest.raises(EvalError, match=r"infrastructure error \(infra_error: daemon gone\)"):
         run_eval(EvalConfig(run_dir=tmp_path / "b", cycle=0), _services(Broken(passing=set())))
 
 

@@ -136,18 +136,29 @@ def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode:
     return out
 
 
+def _why_dropped(groups: Sequence[Sequence[Trajectory]], most: int = 3) -> str:
+    """The distinct reasons trajectories were dropped (the first ``most``), for the log and the error."""
+    reasons = list(dict.fromkeys(" ".join(tr.meta.get("dropped", "no verdict").split())[:200]
+                                 for g in groups for tr in g if "dropped" in tr.meta or tr.verdict is None))
+    more = f"; and {len(reasons) - most} more" if len(reasons) > most else ""
+    return "; ".join(reasons[:most]) + more
+
+
 def score_chunk(services: EvalServices, hcp: HCP, chunk: Sequence[Task], samples: int, seed: int,
                  mode: str, on_answer: Callable[[], None] | None = None) -> list[EvalRow]:
     """Rows of one shard; tasks with an infrastructure error are run once more, then the eval stops."""
-    rows = rows_of(chunk, services.solver.groups(hcp, chunk, samples, seed, on_answer=on_answer), mode)
+    groups = services.solver.groups(hcp, chunk, samples, seed, on_answer=on_answer)
+    rows = rows_of(chunk, groups, mode)
     broken = [t for t in chunk if any(r.status == "infra_error" for r in rows if r.task_id == t.id)]
     if broken:
-        services.log(f"{len(broken)} task(s) hit an infrastructure error; running them once more")
-        again = rows_of(broken, services.solver.groups(hcp, broken, samples, seed), mode)
+        services.log(f"{len(broken)} task(s) hit an infrastructure error ({_why_dropped(groups)}); "
+                     "running them once more")
+        groups = services.solver.groups(hcp, broken, samples, seed)
+        again = rows_of(broken, groups, mode)
         if any(r.status == "infra_error" for r in again):
             raise EvalError(f"{sum(r.status == 'infra_error' for r in again)} row(s) still end in an "
-                            "infrastructure error (sandbox or engine); nothing was scored for them, rerun to "
-                            "resume")
+                            f"infrastructure error ({_why_dropped(groups)}); nothing was scored for them, "
+                            "rerun to resume")
         redone = {t.id for t in broken}
         rows = [r for r in rows if r.task_id not in redone] + again
     return rows
