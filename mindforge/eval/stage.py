@@ -118,13 +118,20 @@ def results_dir(run_dir: Path, bench: str, key: str) -> Path:
     return Path(run_dir) / "evals" / bench / key
 
 
+def _dropped(tr: Trajectory) -> str | None:
+    """Why a trajectory counts as an infrastructure error (never scored), or None when it has a verdict."""
+    if "dropped" in tr.meta:
+        return tr.meta["dropped"]
+    if tr.verdict is None:
+        return "no verdict"
+    return "infra_error" if tr.verdict.status == VerdictStatus.INFRA_ERROR else None
+
+
 def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode: str) -> list[EvalRow]:
     out = []
     for task, group in zip(tasks, groups, strict=True):
         for tr in group:
-            status = tr.verdict.status.value if tr.verdict is not None else VerdictStatus.INFRA_ERROR.value
-            if "dropped" in tr.meta:
-                status = VerdictStatus.INFRA_ERROR.value
+            status = VerdictStatus.INFRA_ERROR.value if _dropped(tr) is not None else tr.verdict.status.value
             out.append(EvalRow(
                 task_id=task.id, family=task.family, mode=mode, sample=tr.sample, route=tr.route, status=status,
                 passed=status == VerdictStatus.PASS.value,
@@ -138,8 +145,8 @@ def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode:
 
 def _why_dropped(groups: Sequence[Sequence[Trajectory]], most: int = 3) -> str:
     """The distinct reasons trajectories were dropped (the first ``most``), for the log and the error."""
-    reasons = list(dict.fromkeys(" ".join(tr.meta.get("dropped", "no verdict").split())[:200]
-                                 for g in groups for tr in g if "dropped" in tr.meta or tr.verdict is None))
+    reasons = list(dict.fromkeys(" ".join(why.split())[:200] for g in groups for tr in g
+                                 if (why := _dropped(tr)) is not None))
     more = f"; and {len(reasons) - most} more" if len(reasons) > most else ""
     return "; ".join(reasons[:most]) + more
 
