@@ -233,6 +233,16 @@ def sample_seed(seed: int, task_id: str, sample: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
+def dropped_reason(tr: Trajectory) -> str | None:
+    """Why a trajectory is an infrastructure error (counted for nothing: never scored, never a failure),
+    or None when it has a verdict."""
+    if "dropped" in tr.meta:
+        return tr.meta["dropped"]
+    if tr.verdict is None:
+        return "no verdict"
+    return "infra_error" if tr.verdict.status == VerdictStatus.INFRA_ERROR else None
+
+
 def groups_for_training(groups: Sequence[Sequence[Trajectory]]) -> list[list[Trajectory]]:
     """Scored samples only (infra failures left out); groups left with nothing dropped."""
     out = [[t for t in g if t.reward is not None and t.hops] for g in groups]

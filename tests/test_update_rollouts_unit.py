@@ -127,3 +127,37 @@ def test_validation_holds_out_learnable_tasks_in_proportion_and_rft_attempts_the
     # No learnable task at all: the old behaviour, a hashed split.
     train2, held2 = split(seeds, 4, seed=3)
     assert len(held2) == 4 and not any(map(learnable, held2))
+
+
+def _attempt(task_id: str, sample: int, status: VerdictStatus | None) -> Trajectory:
+    verdict = None if status is None else Verdict(task_id=task_id, status=status)
+    return Trajectory(task_id=task_id, hcp_version="h", route="L2", sample=sample, verdict=verdict,
+                      meta={} if status is not None else {"dropped": "turn failed: ReadTimeout"})
+
+
+def test_rft_attempts_the_tasks_the_adapter_has_not_mastered_first(tmp_path) -> None:
+    from mindforge.update.rft import MASTERY, attempt_history, attempted, mastery_rank
+
+    run = RunDir(tmp_path)
+    seeds, _ = cycle_tasks(run, 1, "L2")
+    learn = [_measured(t, 0.5) for t in seeds[:6]]
+    train = learn + seeds[6:12]
+    P, F = VerdictStatus.PASS, VerdictStatus.FAIL
+    # Cycle 1 attempted tasks 0-3: 0 passed every time, 1 disagreed, 2 never passed, 3 only had dropped turns.
+    write_parquet([_attempt(learn[0].id, i, P) for i in range(4)] + [_attempt(learn[1].id, 0, P),
+                   _attempt(learn[1].id, 1, F), *(_attempt(learn[2].id, i, F) for i in range(4)),
+                   _attempt(learn[3].id, 0, None)], run.stage(1, "update") / "trajectories" / "rft-attempts.parquet")
+    # Cycle 2 attempted task 2 again and passed it once: the latest cycle's record is the one that counts.
+    write_parquet([_attempt(learn[2].id, 0, P), _attempt(learn[2].id, 1, F)],
+                  run.stage(2, "update") / "trajectories" / "rft-attempts.parquet")
+    history = attempt_history(run.stage(c, "update") for c in range(4))  # cycles 0 and 3 have none
+    assert history == {learn[0].id: (4, 4), learn[1].id: (1, 2), learn[2].id: (1, 2)}
+    assert [MASTERY[mastery_rank(history.get(t.id))] for t in learn] == ["mastered", "spread", "spread",
+                                                                         "new", "new", "new"]
+    order = [t.id for t in attempted(train, 8, cycle=3, history=history)]
+    # New ones first (task 3's dropped turns taught nothing), then the spread, mastered last; then the window.
+    assert order[:6] == [learn[i].id for i in (3, 4, 5, 1, 2, 0)]
+    assert set(order[6:]) <= {t.id for t in seeds[6:12]} and len(order) == 8
+    assert [t.id for t in attempted(train, 4, cycle=3, history=history)] == [learn[i].id for i in (3, 4, 5, 1)]
+    # No history: the learnable tasks in their split order, as before.
+    assert [t.id for t in attempted(train, 8, cycle=3)][:6] == [t.id for t in learn]

@@ -63,7 +63,8 @@ def _stage(run: RunDir, n: int, stage: str) -> dict[str, Any]:
         if rft:
             out["rft"] = {"tasks": rft.get("tasks"), "attempts": rft.get("attempts"), "passes": rft.get("passes"),
                           "kept": rft.get("kept"), "steps": rft.get("steps"),
-                          "spread_tasks": len(rft.get("spread_tasks") or ()), "seconds": rft.get("seconds")}
+                          "spread_tasks": len(rft.get("spread_tasks") or ()), "seconds": rft.get("seconds"),
+                          **({"by_mastery": rft["by_mastery"]} if rft.get("by_mastery") else {})}
     return out
 
 

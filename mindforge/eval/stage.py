@@ -48,7 +48,7 @@ from mindforge.eval.report import cycle_scalars, efficacy, routing_shares, score
 from mindforge.eval.stats import mean_se, paired, pass_at_k
 from mindforge.fanout import Mapper, ThreadMapper
 from mindforge.hcp import HCP, hcp_hash, parse_hcp
-from mindforge.rollouts import HarnessSolver
+from mindforge.rollouts import HarnessSolver, dropped_reason
 from mindforge.store import RunDir, atomic_write_json, read_parquet, write_parquet
 from mindforge.tasks.models import Task, Trajectory, VerdictStatus
 from mindforge.tracking import write_cycle_curve
@@ -118,20 +118,11 @@ def results_dir(run_dir: Path, bench: str, key: str) -> Path:
     return Path(run_dir) / "evals" / bench / key
 
 
-def _dropped(tr: Trajectory) -> str | None:
-    """Why a trajectory counts as an infrastructure error (never scored), or None when it has a verdict."""
-    if "dropped" in tr.meta:
-        return tr.meta["dropped"]
-    if tr.verdict is None:
-        return "no verdict"
-    return "infra_error" if tr.verdict.status == VerdictStatus.INFRA_ERROR else None
-
-
 def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode: str) -> list[EvalRow]:
     out = []
     for task, group in zip(tasks, groups, strict=True):
         for tr in group:
-            status = VerdictStatus.INFRA_ERROR.value if _dropped(tr) is not None else tr.verdict.status.value
+            status = VerdictStatus.INFRA_ERROR.value if dropped_reason(tr) is not None else tr.verdict.status.value
             out.append(EvalRow(
                 task_id=task.id, family=task.family, mode=mode, sample=tr.sample, route=tr.route, status=status,
                 passed=status == VerdictStatus.PASS.value,
@@ -146,7 +137,7 @@ def rows_of(tasks: Sequence[Task], groups: Sequence[Sequence[Trajectory]], mode:
 def _why_dropped(groups: Sequence[Sequence[Trajectory]], most: int = 3) -> str:
     """The distinct reasons trajectories were dropped (the first ``most``), for the log and the error."""
     reasons = list(dict.fromkeys(" ".join(why.split())[:200] for g in groups for tr in g
-                                 if (why := _dropped(tr)) is not None))
+                                 if (why := dropped_reason(tr)) is not None))
     more = f"; and {len(reasons) - most} more" if len(reasons) > most else ""
     return "; ".join(reasons[:most]) + more
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,9 +355,12 @@ class _Run:
         if not cfg.enabled:
             return None
         start = time.monotonic()
-        tasks = rejection.attempted(train, cfg.max_tasks, self.cfg.cycle)
+        history = rejection.attempt_history(self.run_dir.stage(c, "update") for c in range(self.cfg.cycle))
+        tasks = rejection.attempted(train, cfg.max_tasks, self.cfg.cycle, history)
+        ranks = Counter(rejection.MASTERY[rejection.mastery_rank(history.get(t.id))] for t in tasks if learnable(t))
         self.svc.log(f"rft: {cfg.attempts} attempts on each of {len(tasks)} of {len(train)} training tasks "
-                     f"({sum(map(learnable, tasks))} learnable; temperature {cfg.temperature})")
+                     f"({sum(ranks.values())} learnable: {', '.join(f'{ranks[m]} {m}' for m in rejection.MASTERY)} "
+                     f"by their earlier attempts; temperature {cfg.temperature})")
         groups = self._rollouts(tasks, served, cfg.attempts, 2_000_000, self.cfg.max_tokens,
                                 temperature=cfg.temperature)
         persist(groups, self.out / "trajectories", "rft-attempts")
@@ -375,6 +379,7 @@ class _Run:
             tasks=len(tasks), attempts=len(attempts), passes=passes, pass_rate=round(passes / max(len(attempts), 1), 4),
             tasks_with_pass=sum(any(rejection.passed(t) for t in g) for g in groups), kept=len(samples),
             spread_tasks=rejection.spread(groups), steps=len(losses), losses=tuple(losses),
+            by_mastery={m: ranks[m] for m in rejection.MASTERY if ranks[m]},
             discovery_passes=sum(map(len, found.values())),
             reject_passes=sum(len(v) for k, v in found.items() if k not in {t.id for t in train}),
             seconds=round(time.monotonic() - start, 1),
