@@ -4,13 +4,14 @@
    completions (``ignore_eos``), adapters L0-L3 mixed, tokens/s of each level
    (goals: one stream >= 25 tok/s, 64 concurrent >= 400 tok/s), with the
    engine's own mean decode batch and seconds a step from ``/metrics``.
-   ``--other-url`` sends the same prompts, level by level, to a second
+   ``--other-url`` sends the same prompts, after the embedded engine, to a second
    OpenAI-compatible engine serving the same base model (the adapters are
    loaded into it through the same ``/v1/load_lora_adapter`` contract when it
    does not list them) and prints the embedded engine's ratio to it;
    ``--vllm`` starts vLLM's CPU build through the project's own backend
    (``EngineProcess(backend="vllm")``, the same dtype and adapters) and
-   compares it the same way. ``--dtype bfloat16`` runs both engines in
+   measures it the same way, after the embedded engine (one engine at a
+   time: ``throughput_of`` says why). ``--dtype bfloat16`` runs both engines in
    bfloat16 (``settings.engine_dtype``; default float32, the trainer's).
 1. Batched against sequential generation: the same 8 greedy requests (adapters
    L0-L3 mixed, a fixed number of tokens each) sent one after another, then
@@ -96,34 +97,45 @@ def decode_stats(client: httpx.Client) -> tuple[float, float, float]:
             m["mindforge_engine_decode_seconds_total"])
 
 
-def throughput(targets: list[Target], levels: list[int], tokens: int, rounds: int) -> None:
-    """Each level on every target in turn, ``rounds`` times (same prompts), medians compared.
+Rates = dict[int, tuple[list[float], str]]  # level -> tok/s of each round, the engine's own step figures
 
-    Alternating the targets within a level makes load from other processes on
-    a shared machine hit both alike; the median over rounds drops a round that
-    met a burst of it.
+
+def throughput_of(target: Target, levels: list[int], tokens: int, rounds: int, engine_stats: bool) -> Rates:
+    """Each level ``rounds`` times on one target, the same prompts every target gets.
+
+    Targets are measured one after the other, each with the machine to itself:
+    vLLM's CPU worker keeps a core busy for a while after it answers (seen here:
+    both engines' processes near 100% CPU while only the embedded engine had
+    requests), so levels alternated between two live engines measured the
+    embedded engine's single stream at 3 tok/s instead of ~15.
     """
-    clients = {t.name: httpx.Client(base_url=t.url, timeout=1800) for t in targets}
-    first = targets[0]
-    try:
+    out: Rates = {}
+    with httpx.Client(base_url=target.url, timeout=1800) as client:
         for level in levels:
-            rates: dict[str, list[float]] = {t.name: [] for t in targets}
-            before = decode_stats(clients[first.name])
-            for r in range(rounds):
-                for t in targets:
-                    rates[t.name].append(burst(clients[t.name], level, tokens, tag=f"{level}.{r}"))
-            steps, rows, secs = (a - b for a, b in zip(decode_stats(clients[first.name]), before, strict=True))
-            med = {name: statistics.median(v) for name, v in rates.items()}
-            line = (f"throughput, {level:>2} concurrent x {tokens} tokens: {first.name} {med[first.name]:.1f} tok/s "
-                    f"(mean decode batch {rows / max(steps, 1):.1f}, {secs / max(steps, 1) * 1000:.0f} ms a step)")
-            for t in targets[1:]:
-                line += f"; {t.name} {med[t.name]:.1f} tok/s, ratio {med[first.name] / med[t.name]:.2f}x"
-            if rounds > 1:
-                line += "  [rounds: " + "; ".join(f"{n} {' '.join(f'{x:.0f}' for x in v)}" for n, v in rates.items()) + "]"
-            print(line, flush=True)
-    finally:
-        for c in clients.values():
-            c.close()
+            before = decode_stats(client) if engine_stats else None
+            rates = [burst(client, level, tokens, tag=f"{level}.{r}") for r in range(rounds)]
+            note = ""
+            if before is not None:
+                steps, rows, secs = (a - b for a, b in zip(decode_stats(client), before, strict=True))
+                note = f" (mean decode batch {rows / max(steps, 1):.1f}, {secs / max(steps, 1) * 1000:.0f} ms a step)"
+            out[level] = (rates, note)
+            print(f"  {target.name}, {level:>2} concurrent: {statistics.median(rates):.1f} tok/s{note}", flush=True)
+    return out
+
+
+def report_throughput(results: dict[str, Rates], levels: list[int], tokens: int, rounds: int) -> None:
+    """One line a level: the first target's median tok/s and its ratio to each other target's."""
+    names = list(results)
+    first = names[0]
+    for level in levels:
+        med = {n: statistics.median(results[n][level][0]) for n in names}
+        line = f"throughput, {level:>2} concurrent x {tokens} tokens: {first} {med[first]:.1f} tok/s{results[first][level][1]}"
+        for n in names[1:]:
+            line += f"; {n} {med[n]:.1f} tok/s, ratio {med[first] / med[n]:.2f}x"
+        if rounds > 1:
+            line += "  [rounds: " + "; ".join(f"{n} {' '.join(f'{x:.0f}' for x in results[n][level][0])}"
+                                          for n in names) + "]"
+        print(line, flush=True)
 
 
 def batched_vs_sequential(client: httpx.Client, tokens: int) -> tuple[float, float]:
@@ -256,23 +268,27 @@ def main() -> None:
                            extra_args=("--max-batch", str(max(levels)))) as eng, \
                 httpx.Client(base_url=eng.url, timeout=600) as client, ExitStack() as stack:
             complete(client, model="L0", prompt="warm up", max_tokens=4)
-            targets = [Target("embedded", eng.url)]
+            results = {"embedded": throughput_of(Target("embedded", eng.url), levels, args.throughput_tokens,
+                                                 args.rounds, engine_stats=True)}
             if args.vllm:
-                # Started like every other engine of the project; alive for the whole run, so both engines
-                # share the machine alike (the levels alternate between them).
+                # Started like every other engine of the project, once the embedded engine's levels are done
+                # (throughput_of says why not beside it).
                 started = time.perf_counter()
                 vllm = stack.enter_context(EngineProcess(settings.model, adapters, settings=settings, backend="vllm"))
                 print(f"vLLM ({settings.engine_dtype}, the project's backend) answered /health {time.perf_counter() - started:.0f} s "
                       "after start", flush=True)
                 with httpx.Client(base_url=vllm.url, timeout=600) as other:
                     complete(other, model="L0", prompt="warm up", max_tokens=4)
-                targets.append(Target("vllm", vllm.url))
+                results["vllm"] = throughput_of(Target("vllm", vllm.url), levels, args.throughput_tokens, args.rounds,
+                                                engine_stats=False)
+                stack.close()  # vLLM down before anything else is measured
             if args.other_url:
                 with httpx.Client(base_url=args.other_url, timeout=600) as other:
                     ensure_adapters(other, adapters)
                     complete(other, model="L0", prompt="warm up", max_tokens=4)
-                targets.append(Target(args.other_name, args.other_url))
-            throughput(targets, levels, args.throughput_tokens, args.rounds)
+                results[args.other_name] = throughput_of(Target(args.other_name, args.other_url), levels,
+                                                         args.throughput_tokens, args.rounds, engine_stats=False)
+            report_throughput(results, levels, args.throughput_tokens, args.rounds)
             if args.only == "all":
                 other_sections(client, eng.url, model_path, adapters, args)
 
