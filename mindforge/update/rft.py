@@ -114,7 +114,7 @@ def mastery_rank(record: tuple[int, int] | None) -> int:
     disagreed (a pass to keep and GRPO's signal), then one never passed, and last one passed every time:
     an answer the adapter already gives teaches it little, while the archive's oldest tasks would otherwise
     fill the window every cycle (measured: 56 of 64 attempts passed at the last efficacy run's cycle 3)."""
-    if record is None or record[1] == 0:
+    if record is None:
         return 0
     passes, attempts = record
     return 1 if 0 < passes < attempts else 2 if passes == 0 else 3
@@ -122,8 +122,8 @@ def mastery_rank(record: tuple[int, int] | None) -> int:
 
 def attempt_history(update_dirs: Iterable[Path]) -> dict[str, tuple[int, int]]:
     """Task id -> (passes, attempts) of its rejection-sampling attempts in the latest of ``update_dirs``
-    (earlier cycles' Update folders, oldest first) that attempted it; a dropped attempt (no verdict) counts
-    for nothing."""
+    (earlier cycles' Update folders, oldest first) that attempted it; an infrastructure error
+    (``rollouts.dropped_reason``) counts for nothing, so a task with only those is absent."""
     from mindforge.rollouts import dropped_reason
     from mindforge.store import read_parquet
 
