@@ -32,7 +32,11 @@ def test_one_turn_routes_answers_and_summarises_with_hops_as_the_engine_saw_them
     assert rec.route == "L2" and rec.routed
     assert [hop.kind for hop in rec.hops] == ["route", "answer", "summary"]
     assert [hop.adapter for hop in rec.hops] == ["mf-L0-v0000", "mf-L2-v0000", "mf-L2-v0000"]
-    assert rec.answer.startswith("Answer to: Please L2") and rec.summary.startswith("Summary of: Please L2")
+    # the default HCP prefills L2's answer with a python fence: the engine continues it, the fence closes it
+    assert rec.answer == "```python\nAnswer to: Please L2: write add(a, b)```"
+    assert rec.summary.startswith("Summary of: Please L2")
+    assert r.decode(rec.hops[1].prompt_ids, False).endswith("<|im_start|>assistant\n```python\n")
+    assert eng.requests[1]["stop"] == ["```"] and rec.hops[1].text == "Answer to: Please L2: write add(a, b)"
     for hop, sent in zip(rec.hops, eng.requests, strict=True):
         assert list(hop.prompt_ids) == sent["prompt"] and sent["return_token_ids"] is True
         assert hop.completion_ids[-1] == r.eos_id and len(hop.logprobs) == len(hop.completion_ids)
@@ -189,3 +193,17 @@ def test_a_scored_attempt_can_leave_out_the_summary_hop_and_nothing_before_it_ch
     without = run(task_runner(bare.harness(), max_tokens=7, summarize=False)(task, 11, None))
     assert [h.kind for h in without.hops] == ["route", "answer"] and len(bare.requests) == 2
     assert without.answer == with_summary.answer and bare.requests == full.requests[:2]
+
+
+def test_a_prefill_opening_a_fence_stops_at_its_close_and_other_prefills_add_no_stop() -> None:
+    from mindforge.harness.harness import answer_stops, answer_text
+    from mindforge.rollouts import fenced_block
+
+    assert answer_stops("```python\n") == ("```",) and answer_stops("Here:\n```py") == ("```",)
+    assert answer_stops("Sure, ") == () and answer_stops("") == ()
+    closed = answer_text("```python\n", "x = 1\n", "stop")
+    assert closed == "```python\nx = 1\n```" and fenced_block(closed, ("python",)) == "x = 1\n"
+    # cut at max_tokens: the block stays open, and the verifier still reads it
+    assert answer_text("```python\n", "x = 1\n", "length") == "```python\nx = 1\n"
+    assert fenced_block(answer_text("```python\n", "x = 1\n", "length"), ("python",)) == "x = 1\n"
+    assert answer_text("Sure, ", "ok", "stop") == "Sure, ok"

@@ -349,7 +349,7 @@ def test_diff_lists_pointers_and_unified_text() -> None:
         ],
     )
     d = diff_documents(DEFAULT, new, "old.json", "new.json")
-    assert d.paths == ("/hooks/1", "/system/L2")
+    assert d.paths == ("/hooks/2", "/system/L2")
     assert d.old_hash == hcp_hash(DEFAULT) and d.new_hash == hcp_hash(new)
     assert d.unified.startswith("--- old.json\n+++ new.json\n")
     assert '+    "L2": "Write Python."' in d.unified

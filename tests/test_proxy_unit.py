@@ -64,17 +64,17 @@ def test_chat_stream_and_history_continuation(r) -> None:
         first = await client.chat.completions.create(model="smollm2-135m-instruct", messages=[
             {"role": "system", "content": "Be brief."}, {"role": "user", "content": "L2 write add"}])
         msg = first.choices[0].message
-        assert msg.content == "Answer to: L2 write add" and first.model == "smollm2-135m-instruct"
+        assert msg.content == "```python\nAnswer to: L2 write add```" and first.model == "smollm2-135m-instruct"
         assert "mf-L" not in first.model_dump_json()
         history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "L2 write add"},
                    {"role": "assistant", "content": msg.content}, {"role": "user", "content": "L2 now sub"}]
         stream = await client.chat.completions.create(model="smollm2-135m-instruct", messages=history, stream=True)
         text = "".join([c.choices[0].delta.content or "" async for c in stream])
-        assert text == "Answer to: L2 now sub"
+        assert text == "```python\nAnswer to: L2 now sub```"
 
     asyncio.run(go())
     # the second L2 answer extends the first one's ids: the session was found by the history's hash
-    answers = [q for q in eng.requests if q["model"] == "mf-L2-v0000" and not q.get("stop")]
+    answers = [q for q in eng.requests if q["model"] == "mf-L2-v0000" and q.get("stop") == ["```"]]
     a1, a2 = eng.requests[1], eng.requests[4]
     assert a1["model"] == a2["model"] == "mf-L2-v0000"
     assert a2["prompt"][: len(a1["prompt"])] == a1["prompt"] and answers
@@ -222,9 +222,9 @@ def test_fifty_concurrent_conversations_keep_their_own_state(r) -> None:
     async def go():
         return await asyncio.gather(*(conversation(w) for w in words))
 
-    assert asyncio.run(go()) == ["Answer to: L2 repeat it"] * 50
+    assert asyncio.run(go()) == ["```python\nAnswer to: L2 repeat it```"] * 50
     seconds = [r.decode(q["prompt"], False) for q in eng.requests if q["model"] == "mf-L2-v0000"]
-    seconds = [t for t in seconds if t.endswith("L2 repeat it<|im_end|>\n<|im_start|>assistant\n")]  # no summaries
+    seconds = [t for t in seconds if t.endswith("L2 repeat it<|im_end|>\n<|im_start|>assistant\n```python\n")]  # no summaries
     assert len(seconds) == 50
     for text in seconds:
         assert sum(w in text for w in words) == 1, text  # its own first task verbatim, nobody else's

@@ -7,7 +7,9 @@ a trainer can take ``prompt_ids + completion_ids`` exactly as the engine saw
 them. Adapter names appear only in hops, never in what a client receives.
 
 Hops of a new request: route (L0, prefilled ``model_id=``), answer on the
-chosen route's own view, then, when the answer calls tools and an executor
+chosen route's own view (after the route's ``prefill_answer`` text, if
+the HCP gives one: the engine continues it, and a prefilled fenced block
+ends at its closing fence), then, when the answer calls tools and an executor
 is given, the results are appended to that route's segment and it answers
 again (at most ``limits.max_tool_turns`` rounds); when there is no executor
 the calls are handed back pending and a later ``turn`` with
@@ -17,6 +19,7 @@ writes its summary (a hidden hop).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -170,15 +173,20 @@ class Harness:
                            seeds: Any, max_tokens: int | None) -> None:
         declared = bool(session.tools or self.hcp.tools)
         limit = max_tokens or self.hcp.sampling("answer").max_tokens
+        prefill = self.hcp.answer_prefill(seg.owner)
+        prefill_ids = self.renderer.encode(prefill) if prefill else ()
+        stops = (*answer_stops(prefill), *((CALL_CLOSE,) if declared else ()))
         for round_ in range(self.hcp.limits.max_tool_turns + 1):
             seg.trace += [self.views.hook_ids(h.action, h.text) for h in self.hcp.hooks_for("before_answer", seg.owner)]
-            prompt = self.views.view_ids(seg.owner, session, reserve=limit) + list(self.renderer.generation_ids)
+            prompt = (self.views.view_ids(seg.owner, session, reserve=limit + len(prefill_ids))
+                      + list(self.renderer.generation_ids) + list(prefill_ids))
             hop = await self._hop("answer", seg.owner, prompt, "answer", seed=next(seeds), max_tokens=limit,
-                                  extra_stop=(CALL_CLOSE,) if declared else ())
-            seg.trace.append(self.renderer.assistant_ids(hop.completion_ids))
-            parsed = parse(hop.text, id_seed=f"{session.id}|{len(session.segments)}|{len(rec.hops)}") if declared \
+                                  extra_stop=stops)
+            seg.trace.append(self.renderer.assistant_ids((*prefill_ids, *hop.completion_ids)))
+            text = answer_text(prefill, hop.text, hop.finish_reason)
+            parsed = parse(text, id_seed=f"{session.id}|{len(session.segments)}|{len(rec.hops)}") if declared \
                 else parse("", "")
-            content = parsed.content if declared else hop.text
+            content = parsed.content if declared else text
             rec.hops.append(hop.model_copy(update={"tool_calls": tuple(c.openai() for c in parsed.calls)}))
             rec.answer, rec.finish_reason = content, hop.finish_reason
             rec.malformed_calls += parsed.malformed
@@ -222,7 +230,31 @@ class Harness:
         seg = session.begin(route, request)
         seg.trace += [self.views.hook_ids(h.action, h.text) for h in
                       (*self.hcp.hooks_for("task_start", route), *self.hcp.hooks_for("before_answer", route))]
-        return self.views.view_ids(route, session) + list(self.renderer.generation_ids)
+        prefill = self.hcp.answer_prefill(route)
+        return (self.views.view_ids(route, session) + list(self.renderer.generation_ids)
+                + list(self.renderer.encode(prefill) if prefill else ()))
+
+
+_OPENS_FENCE = re.compile(r"(?:\A|\n)[ \t]*```[^`\n]*\n?\Z")
+FENCE = "```"
+
+
+def answer_stops(prefill: str) -> tuple[str, ...]:
+    """The stop strings an answer that starts with ``prefill`` adds.
+
+    A prefill that opens a fenced block makes the block the deliverable: the
+    verifier reads the first block only (``rollouts.fenced_block``), so the
+    answer ends at the fence that closes it instead of spending tokens on
+    examples and prose nothing reads.
+    """
+    return (FENCE,) if _OPENS_FENCE.search(prefill) else ()
+
+
+def answer_text(prefill: str, completion: str, finish_reason: str | None) -> str:
+    """The answer a client receives: the prefill, the completion, and the fence the stop string took."""
+    if prefill and answer_stops(prefill) and finish_reason == "stop":
+        return f"{prefill}{completion}{FENCE}"
+    return prefill + completion
 
 
 def _seeds(seed: int | None) -> Any:

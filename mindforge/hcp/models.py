@@ -34,7 +34,9 @@ ROUTES: tuple[str, ...] = ("L0", "L1", "L2", "L3")
 Role = Literal["route", "answer", "summary", "propose", "reflect"]
 ROLES: tuple[str, ...] = ("route", "answer", "summary", "propose", "reflect")
 HookEvent = Literal["task_start", "before_answer", "after_tool_result", "task_end"]
-HookAction = Literal["append_system", "append_user"]
+HookAction = Literal["append_system", "append_user", "prefill_answer"]
+# The hook action that starts the answer instead of adding a message (``HCP.answer_prefill``).
+PREFILL_ACTION = "prefill_answer"
 RewardKind = Literal["binary", "fraction"]
 PLACEHOLDERS: tuple[str, ...] = ("{{LORA_DESCRIPTIONS}}", "{{ROUTE_LABELS}}")
 # Optional, at most once: where the request goes inside the route prompt (absent: before it, as MoL does).
@@ -281,9 +283,21 @@ class HCP(_Frozen):
         return tuple(s for s in self.skills if s.enabled and (not s.routes or route in s.routes))
 
     def hooks_for(self, event: str, route: str) -> tuple[Hook, ...]:
+        """The message hooks (``append_*``) that fire at ``event`` on ``route``."""
         return tuple(
-            h for h in self.hooks if h.event == event and (not h.routes or route in h.routes)
+            h for h in self.hooks
+            if h.event == event and h.action != PREFILL_ACTION and (not h.routes or route in h.routes)
         )
+
+    def answer_prefill(self, route: str) -> str:
+        """The text every answer on ``route`` starts with (a ``prefill_answer`` hook), or ``""``.
+
+        The engine continues after it, so the adapter never chooses it; when it
+        opens a fenced block (``"```python\n"``) the answer ends at the fence
+        that closes the block (``harness.answer_stops``).
+        """
+        return "".join(h.text for h in self.hooks
+                       if h.action == PREFILL_ACTION and (not h.routes or route in h.routes))
 
     def route_for_adapter(self, name: str) -> str | None:
         """The route whose adapter or served adapter is ``name``, if any."""

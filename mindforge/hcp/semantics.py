@@ -89,6 +89,23 @@ def _tunables(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _prefills(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """A ``prefill_answer`` hook starts the answer, so it fires before it and once a route."""
+    out, seen = [], {}
+    routes = sorted(doc["router"]["routes"])
+    for i, h in enumerate(doc["hooks"]):
+        if h["action"] != "prefill_answer":
+            continue
+        if h["event"] != "before_answer":
+            out.append((f"/hooks/{i}/event", f"a prefill_answer hook fires at before_answer, not {h['event']}"))
+        for r in h["routes"] or routes:
+            if r in seen:
+                out.append((f"/hooks/{i}/routes", f"route {r} already has a prefill_answer hook (/hooks/{seen[r]}); "
+                                                  "expected at most one a route"))
+            seen.setdefault(r, i)
+    return out
+
+
 def semantic_problems(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """All cross-field problems of a schema-valid document, in a stable order."""
-    return _unique_adapters(doc) + _unique_names(doc) + _tunables(doc)
+    return _unique_adapters(doc) + _unique_names(doc) + _tunables(doc) + _prefills(doc)
