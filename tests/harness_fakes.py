@@ -38,6 +38,12 @@ def make_hcp(ops: list[dict] | None = None):
     return parse_hcp(apply_patch(doc, ops or [], "test"), "test") if ops else load_hcp(DEFAULT_HCP)
 
 
+def route_request_of(content: str) -> str:
+    """The request inside a route hop's user message, before the route prompt (MoL's order) or after it."""
+    last = re.search(r"\nRequest:\n(.*)\n\nLabel \(", content, re.DOTALL)
+    return last.group(1) if last else content.split("\n\nRead the request above")[0]
+
+
 class FakeEngine:
     """``answer(kind, request_text, prompt_text) -> completion text``; kind is route, summary or answer."""
 
@@ -69,7 +75,7 @@ class FakeEngine:
         request_text = users[-1] if users else ""
         if kind == "summary" and len(users) > 1:
             request_text = users[-2]
-        out = self.answer(kind, request_text.split("\n\nRead the request above")[0], text)
+        out = self.answer(kind, route_request_of(request_text) if kind == "route" else request_text, text)
         ids = list(self.r.encode(out)) + [self.r.eos_id]
         choice = {"index": 0, "text": out, "finish_reason": "stop", "token_ids": ids, "prompt_token_ids": prompt_ids,
                   "logprobs": {"tokens": [], "token_logprobs": [-0.5] * len(ids), "top_logprobs": None}}

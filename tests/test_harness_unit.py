@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from harness_fakes import FakeEngine, make_hcp, renderer
+from harness_fakes import DEFAULT_HCP, FakeEngine, make_hcp, renderer
 
 from mindforge.errors import InputError
 from mindforge.harness import EngineUnavailable, ToolResult, task_runner
+from mindforge.hcp import load_hcp
 from mindforge.tasks.models import Task
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "weather of a city",
@@ -59,8 +60,9 @@ def test_a_route_prompt_with_the_request_placeholder_puts_the_request_last_behin
     head = r.decode(one[:shared], False)
     assert "L2 = coding" in head and head.endswith("Request:\n") and "add(a, b)" not in head
     assert r.decode(two, False).endswith("Request:\n{{ROUTE_LABELS}} as text<|im_end|>\n<|im_start|>assistant\nmodel_id=")
-    default = FakeEngine(r).harness()  # without the placeholder the request comes first, as before
-    assert r.decode(default.route_prompt_ids("write add(a, b)"), False).split("<|im_start|>user\n")[1].startswith(
+    # without the placeholder the request comes first, as in MoL (the vLLM example HCP keeps that order)
+    mol = FakeEngine(r).harness(load_hcp(DEFAULT_HCP.parent / "vllm-qwen3-8b.hcp.json"))
+    assert r.decode(mol.route_prompt_ids("write add(a, b)"), False).split("<|im_start|>user\n")[1].startswith(
         "write add(a, b)\n\nRead the request above.")
 
 
