@@ -18,7 +18,7 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 # pytest exits 5 when it collected no test: that is a failure, not a pass.
-# Three cycles with the sealed MBPP eval before and after each (85 to 93 minutes measured on two cores); a rerun
+# Three cycles with the sealed MBPP eval before and after each (64 minutes measured on two cores); a rerun
 # resumes the run, a finished run only prints its status.
 RUN ?= runs/efficacy
 efficacy: setup

@@ -100,8 +100,8 @@ def _prefills(doc: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((f"/hooks/{i}/event", f"a prefill_answer hook fires at before_answer, not {h['event']}"))
         for r in h["routes"] or routes:
             if r in seen:
-                out.append((f"/hooks/{i}/routes", f"route {r} already has a prefill_answer hook (/hooks/{seen[r]}); "
-                                                  "expected at most one a route"))
+                why = f"route {r} already has a prefill_answer hook (/hooks/{seen[r]}); expected at most one a route"
+                out.append((f"/hooks/{i}/routes", why))
             seen.setdefault(r, i)
     return out
 
