@@ -174,7 +174,7 @@ class Harness:
         declared = bool(session.tools or self.hcp.tools)
         limit = max_tokens or self.hcp.sampling("answer").max_tokens
         prefill = self.hcp.answer_prefill(seg.owner)
-        prefill_ids = self.renderer.encode(prefill) if prefill else ()
+        prefill_ids = self._prefill_ids(seg.owner)
         stops = (*answer_stops(prefill), *((CALL_CLOSE,) if declared else ()))
         for round_ in range(self.hcp.limits.max_tool_turns + 1):
             seg.trace += [self.views.hook_ids(h.action, h.text) for h in self.hcp.hooks_for("before_answer", seg.owner)]
@@ -230,9 +230,12 @@ class Harness:
         seg = session.begin(route, request)
         seg.trace += [self.views.hook_ids(h.action, h.text) for h in
                       (*self.hcp.hooks_for("task_start", route), *self.hcp.hooks_for("before_answer", route))]
+        return self.views.view_ids(route, session) + list(self.renderer.generation_ids) + list(self._prefill_ids(route))
+
+    def _prefill_ids(self, route: str) -> tuple[int, ...]:
+        """The ids of ``route``'s answer prefill, sent after the generation prompt (none without one)."""
         prefill = self.hcp.answer_prefill(route)
-        return (self.views.view_ids(route, session) + list(self.renderer.generation_ids)
-                + list(self.renderer.encode(prefill) if prefill else ()))
+        return self.renderer.encode(prefill) if prefill else ()
 
 
 _OPENS_FENCE = re.compile(r"(?:\A|\n)[ \t]*```[^`\n]*\n?\Z")
@@ -252,7 +255,7 @@ def answer_stops(prefill: str) -> tuple[str, ...]:
 
 def answer_text(prefill: str, completion: str, finish_reason: str | None) -> str:
     """The answer a client receives: the prefill, the completion, and the fence the stop string took."""
-    if prefill and answer_stops(prefill) and finish_reason == "stop":
+    if answer_stops(prefill) and finish_reason == "stop":
         return f"{prefill}{completion}{FENCE}"
     return prefill + completion
 
