@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mindforge.inflight import InFlight
 from mindforge.store import write_parquet
 from mindforge.tasks.models import Hop, Task, Trajectory, Verdict, VerdictStatus
 
@@ -163,12 +164,15 @@ async def rollout_groups(
     open_session: SessionOpener | None = None,
     seed_offset: int = 0,
     on_answer: Callable[[], None] | None = None,
+    gate: InFlight | None = None,
 ) -> list[list[Trajectory]]:
     """``group_size`` samples of each task, verified and rewarded; one list a task.
 
     ``on_answer`` is called as each sample's turn ends (before verification), for a progress bar.
+    ``gate``: a bound shared with other calls, in other threads too (``config.concurrency`` is then
+    not read); None: this call keeps at most ``config.concurrency`` turns in flight.
     """
-    gate = asyncio.Semaphore(config.concurrency)
+    gate = gate or asyncio.Semaphore(config.concurrency)
 
     async def gated(task: Task, sample: int) -> tuple[Trajectory, TurnOutcome | None]:
         seed = sample_seed(config.seed + seed_offset, task.id, sample)
@@ -209,6 +213,8 @@ class HarnessSolver:
 
     def __init__(self, runner_for: Callable[[Any], TurnRunner], pool: SandboxVerifier, concurrency: int = 8):
         self.runner_for, self.pool, self.concurrency = runner_for, pool, concurrency
+        # one bound for every call, whichever thread makes it: calls made side by side share it
+        self.in_flight = InFlight(concurrency)
 
     def groups(self, hcp: Any, tasks: Sequence[Task], samples: int, seed: int, *,
                reward: RewardKind | None = None, seed_offset: int = 0,
@@ -221,7 +227,7 @@ class HarnessSolver:
         return asyncio.run(rollout_groups(
             tasks, self.runner_for(hcp), self.pool, config, hcp_version=hcp_hash(hcp),
             route=hcp.router.default_route, open_session=self.pool.session, seed_offset=seed_offset,
-            on_answer=on_answer,
+            on_answer=on_answer, gate=self.in_flight,
         ))
 
 

@@ -198,3 +198,23 @@ def test_each_stage_records_what_the_engine_generated_during_it(tmp_path: Path) 
     again = run_cycle(CycleConfig(run_dir=tmp_path / "other", stages=("discovery",)), 1, RUNNERS, builders=BUILDERS,
                       meter=lambda: None)
     assert again.stages["discovery"].generation is None
+
+
+def test_a_stage_summary_says_where_the_engines_time_went() -> None:
+    """With the embedded engine's busy-time counters the line splits decode from prefill; without them
+    (vLLM) it says only what was generated."""
+    from mindforge.cycle.core import generation, generation_line
+
+    before = {"generated_tokens": 1000.0, "prompt_tokens": 5000.0, "decode_steps": 10.0, "decode_rows": 300.0,
+              "decode_seconds": 4.0, "prefill_seconds": 1.0, "prefill_tokens": 800.0}
+    after = {"generated_tokens": 5270.0, "prompt_tokens": 65000.0, "decode_steps": 110.0, "decode_rows": 4300.0,
+             "decode_seconds": 34.0, "prefill_seconds": 11.5, "prefill_tokens": 4800.0}
+    gen = generation(before, after, 50.0)
+    assert gen["decode_steps"] == 100 and gen["decode_rows"] == 4000 and gen["prefill_seconds"] == 10.5
+    assert generation_line(gen) == (
+        "generated 4,270 tokens at 85.4 tok/s (60,000 prompt tokens); engine busy 40 of 50 s: "
+        "decode 30 s (100 steps, mean batch 40.0), prefill 10 s (4,000 prompt tokens computed)")
+    tokens_only = generation({"generated_tokens": 0.0, "prompt_tokens": 0.0},
+                             {"generated_tokens": 10.0, "prompt_tokens": 20.0}, 2.0)
+    assert set(tokens_only) == {"generated_tokens", "prompt_tokens", "seconds", "tokens_per_s"}
+    assert generation_line(tokens_only) == "generated 10 tokens at 5.0 tok/s (20 prompt tokens)"

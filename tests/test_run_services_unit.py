@@ -101,7 +101,8 @@ def test_mindforge_up_starts_the_engine_the_settings_name() -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("# HELP x\nmindforge_engine_generated_tokens_total 120\nmindforge_engine_prompt_tokens_total 900\n"
-     "mindforge_engine_decode_steps_total 7\n", {"generated_tokens": 120.0, "prompt_tokens": 900.0}),
+     "mindforge_engine_decode_steps_total 7\nmindforge_engine_batch_size_sum 40\n",
+     {"generated_tokens": 120.0, "prompt_tokens": 900.0, "decode_steps": 7.0, "decode_rows": 40.0}),
     ('vllm:generation_tokens_total{engine="0",model_name="m"} 50.0\n'  # vLLM: one sample a label set
      'vllm:generation_tokens_total{engine="1",model_name="m"} 25.0\n'
      'vllm:prompt_tokens_total{engine="0",model_name="m"} 400.0\n', {"generated_tokens": 75.0, "prompt_tokens": 400.0}),

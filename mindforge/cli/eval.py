@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,7 @@ import typer
 
 from mindforge.cli._common import EngineOption, choices, settings_with_engine, user_errors
 from mindforge.hcp import ROUTES
+from mindforge.settings import ENGINE_MAX_BATCH
 
 bench_app = typer.Typer(help="Sealed benchmarks: evaluated every cycle, never trained or selected on.",
                         no_args_is_help=True)
@@ -26,7 +28,8 @@ def eval_(
                                                                           "answer sampling, for pass@k.")] = 0,
     max_tasks: Annotated[int | None, typer.Option("--max-tasks", min=1, help="A fixed subset of the benchmark "
                                                                              "(the same every cycle).")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Requests in flight.")] = 32,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Requests in flight (the embedded "
+                                                                         "engine decodes 64 at once).")] = ENGINE_MAX_BATCH,
     pin_route: Annotated[str | None, typer.Option(
         "--pin-route", help="Diagnostic: every task answered by this route, no route hop (oracle routing); "
                             "stored beside the cycle's eval, never as it.", **choices(*ROUTES))] = None,
@@ -46,6 +49,7 @@ def eval_(
     scored twice, and a killed eval resumes. Uses a healthy engine when one runs (MINDFORGE_ENGINE_URL, or the
     one `mindforge up` started), else starts the embedded engine; what it started it stops.
     """
+    from mindforge.cycle.core import generation, generation_line
     from mindforge.eval import EvalConfig, run_eval
     from mindforge.eval.runtime import open_services
     from mindforge.run_services import open_run_services
@@ -58,11 +62,15 @@ def eval_(
     with stage_bar("eval", "answers", enabled=not as_json) as bar, \
             open_run_services(settings_with_engine(engine), run_dir, cycle, "eval", log=bar.log) as run, \
             open_services(run, config, log=bar.log, progress=bar.update) as services:
+        before, start = run.generation_counters(), time.monotonic()
         result = run_eval(config, services)
+        made = generation(before, run.generation_counters(), round(time.monotonic() - start, 3))
     if as_json:
         print(json.dumps(result.summary()))
     else:
         print_eval(result)
+        if made and not result.reused:
+            print(f"  engine: {generation_line(made)}")
 
 
 def print_eval(result) -> None:

@@ -56,9 +56,11 @@ class StageRecord(BaseModel):
 
 
 Meter = Callable[[], Mapping[str, float] | None]
-"""The engine's token counters now (``generated_tokens``, ``prompt_tokens``), or None without them."""
+"""The engine's token counters now (``generated_tokens``, ``prompt_tokens``, and where the engine reports
+them ``ENGINE_TIME_KEYS``), or None without them."""
 
 GENERATION_FILE = "generation.json"
+ENGINE_TIME_KEYS = ("decode_steps", "decode_rows", "decode_seconds", "prefill_seconds", "prefill_tokens")
 
 
 def generation(before: Mapping[str, float] | None, after: Mapping[str, float] | None,
@@ -66,20 +68,34 @@ def generation(before: Mapping[str, float] | None, after: Mapping[str, float] | 
     """Tokens the engine generated and prefilled between two readings, and the generation rate.
 
     The engine's counters, not the stage's own count: they include every hop (route, answer, the
-    reflector's and the proposer's), and on an engine other runs share, their tokens too.
+    reflector's and the proposer's), and on an engine other runs share, their tokens too. Where the
+    engine says where its time went (the embedded one), the split comes too: seconds decoding and
+    prefilling, decode steps, prompt tokens actually computed.
     """
     if not before or not after:
         return None
     made = after["generated_tokens"] - before["generated_tokens"]
-    return {"generated_tokens": made, "prompt_tokens": after["prompt_tokens"] - before["prompt_tokens"],
-            "seconds": seconds, "tokens_per_s": round(made / seconds, 2) if seconds > 0 else 0.0}
+    out = {"generated_tokens": made, "prompt_tokens": after["prompt_tokens"] - before["prompt_tokens"],
+           "seconds": seconds, "tokens_per_s": round(made / seconds, 2) if seconds > 0 else 0.0}
+    for key in ENGINE_TIME_KEYS:
+        if key in before and key in after:
+            out[key] = round(after[key] - before[key], 3)
+    return out
 
 
 def generation_line(gen: Mapping[str, float] | None) -> str:
     if not gen:
         return ""
-    return (f"generated {gen['generated_tokens']:,.0f} tokens at {gen['tokens_per_s']:.1f} tok/s "
+    line = (f"generated {gen['generated_tokens']:,.0f} tokens at {gen['tokens_per_s']:.1f} tok/s "
             f"({gen['prompt_tokens']:,.0f} prompt tokens)")
+    if all(k in gen for k in ENGINE_TIME_KEYS):
+        steps = gen["decode_steps"]
+        batch = f", mean batch {gen['decode_rows'] / steps:.1f}" if steps else ""
+        busy = gen["decode_seconds"] + gen["prefill_seconds"]
+        line += (f"; engine busy {busy:,.0f} of {gen['seconds']:,.0f} s: decode {gen['decode_seconds']:,.0f} s "
+                 f"({steps:,.0f} steps{batch}), prefill {gen['prefill_seconds']:,.0f} s "
+                 f"({gen['prefill_tokens']:,.0f} prompt tokens computed)")
+    return line
 
 
 class CycleResult(BaseModel):

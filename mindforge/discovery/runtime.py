@@ -37,6 +37,7 @@ from mindforge.hcp import HCP, hcp_hash, load_hcp
 from mindforge.rollouts import HarnessSolver, persist
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
+from mindforge.settings import ENGINE_MAX_BATCH
 from mindforge.tasks import benchmarks
 from mindforge.tasks.decisions import Decision
 from mindforge.tasks.models import Task
@@ -105,7 +106,7 @@ def build_services(stack: ExitStack, run: RunServices, config: DiscoveryConfig, 
             return task_runner(run.harness(h, client), max_tokens=config.max_tokens, summarize=False)
 
         if pool is not None:
-            services.solver = AttemptSolver(HarnessSolver(runner_for, pool, concurrency=16),
+            services.solver = AttemptSolver(HarnessSolver(runner_for, pool, concurrency=ENGINE_MAX_BATCH),
                                             answering_at(hcp, config.temperature), config.seed,
                                             trajectories=stage_dir(config) / "trajectories")
         services.propose_role = propose_role

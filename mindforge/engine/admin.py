@@ -28,6 +28,15 @@ _COUNTERS = {  # /metrics counter -> what it counts; the embedded engine's names
     "vllm:generation_tokens_total": "generated_tokens",
     "vllm:prompt_tokens_total": "prompt_tokens",
 }
+# Where the embedded engine's time went; vLLM exposes per-request latencies, not its busy time, so a
+# vLLM reading has only the token counts.
+_ENGINE_TIME = {
+    "mindforge_engine_decode_steps_total": "decode_steps",
+    "mindforge_engine_batch_size_sum": "decode_rows",  # rows over all steps: the tokens decode sampled
+    "mindforge_engine_decode_seconds_total": "decode_seconds",
+    "mindforge_engine_prefill_seconds_total": "prefill_seconds",
+    "mindforge_engine_prefill_tokens_total": "prefill_tokens",
+}
 
 
 class EngineAdmin:
@@ -83,7 +92,9 @@ class EngineAdmin:
 
     def generation_counters(self) -> dict[str, float] | None:
         """Tokens the engine generated and was prompted with since it started (``/metrics``), or None
-        where it has no such counters. The embedded engine's and vLLM's names are both read."""
+        where it has no such counters. The embedded engine's and vLLM's names are both read; the
+        embedded engine's also say how many decode steps it ran and how long it spent decoding and
+        prefilling (``decode_steps``, ``decode_rows``, ``decode_seconds``, ``prefill_seconds``, ``prefill_tokens``)."""
         try:
             r = self.http.get("/metrics", timeout=10.0)
         except httpx.HTTPError:
@@ -100,6 +111,8 @@ class EngineAdmin:
             if key is not None:
                 totals[key] += float(line.rsplit(" ", 1)[1])  # vLLM has one sample a label set: summed
                 found = True
+            elif name in _ENGINE_TIME:
+                totals[_ENGINE_TIME[name]] = float(line.rsplit(" ", 1)[1])
         return totals if found else None
 
     def load(self, name: str, path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mindforge.settings import ENGINE_MAX_BATCH
 from mindforge.tasks.benchmarks import DEFAULT
 from mindforge.tasks.models import Route
 
@@ -21,7 +22,9 @@ class EvalConfig(BaseModel):
                                      "sampling, for pass@k")
     max_tasks: int | None = Field(default=None, ge=1,
                                   description="A fixed subset (the same tasks every cycle); None: all")
-    concurrency: int = Field(default=32, ge=1, description="Requests in flight (the engine batches them)")
+    concurrency: int = Field(default=ENGINE_MAX_BATCH, ge=1,
+                             description="Requests in flight, over every shard scored at once (the engine "
+                                         "batches them; the default is the embedded engine's batch)")
     chunk: int = Field(default=64, ge=1, description="Tasks a results shard; a killed eval resumes at a shard")
     seed: int = 0
     pin_route: Route | None = Field(

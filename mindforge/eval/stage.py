@@ -21,8 +21,9 @@ settings.
   rerun resumes.
 - The result is compared, paired on the same tasks, with the previous
   cycle's eval and with cycle 0's (``stats.paired``).
-- Missing shards are scored through ``services.mapper`` (two at a time in
-  threads by default, so the engine's batch stays full); a mapper that
+- Missing shards are scored through ``services.mapper`` (three at a time in
+  threads by default, under one bound on requests in flight, so the
+  engine's batch stays full); a mapper that
   leaves the process (the flow's Dask or Ray workers) runs
   ``services.score`` on a ``Shard`` of data, and each shard is written here
   as it comes back.
@@ -72,9 +73,11 @@ class EvalServices:
     progress: Callable[[int, int], None] | None = None
     # Where missing shards are scored: ``mapper`` runs ``score`` over them (None: ``score_chunk`` on
     # ``solver`` here); a mapper that leaves the process needs a portable ``score`` (eval.runtime's).
-    # Two shards at once by default: the next shard's turns fill the engine's batch while the last
-    # turns of the one before finish (one shard at a time left the batch half empty at every shard's end).
-    mapper: Mapper = field(default_factory=lambda: ThreadMapper(2))
+    # Three shards at once by default, all under the solver's one bound on requests in flight: the next
+    # shards' turns take the places of a shard's last turns as they finish and while it is verified (one
+    # shard at a time left the batch half empty at every shard's end; two, each with a bound of its own,
+    # drained together).
+    mapper: Mapper = field(default_factory=lambda: ThreadMapper(3))
     score: Callable[[Shard], list[EvalRow]] | None = None
     engine_dtype: str = "float32"  # part of the eval's key: a bfloat16 engine's answers are its own
 

@@ -31,6 +31,7 @@ from mindforge.hcp import HCP, load_hcp
 from mindforge.rollouts import HarnessSolver
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxConfig, SandboxPool
+from mindforge.settings import ENGINE_MAX_BATCH
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Task, Trajectory
 
@@ -65,7 +66,7 @@ def audited_solver(stack: ExitStack, run: RunServices, sandbox: SandboxConfig,
     pool = stack.enter_context(SandboxPool(sandbox))
     # A scored task is one turn: the summary hop feeds only later turns, and the audit never reads it.
     return AuditedSolver(HarnessSolver(lambda hcp: task_runner(run.harness(hcp, client), summarize=False), pool,
-                                       concurrency=32))
+                                       concurrency=ENGINE_MAX_BATCH))
 
 
 class SolveJob(BaseModel):

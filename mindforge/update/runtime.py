@@ -22,6 +22,7 @@ from mindforge.harness import Harness, probe_prompt_ids, renderer_for, task_runn
 from mindforge.hcp import load_hcp, parse_hcp
 from mindforge.run_services import RunServices
 from mindforge.sandbox import SandboxPool
+from mindforge.settings import ENGINE_MAX_BATCH
 from mindforge.store import RunDir
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.update.inputs import current_hcp_path
@@ -75,7 +76,7 @@ def _probe_renderer(model_path: Path) -> Callable[[dict[str, Any], str, Any], li
     return render
 
 
-def _router(run: RunServices, client: Any, concurrency: int = 32) -> Callable[[dict[str, Any], Any], list[str]]:
+def _router(run: RunServices, client: Any, concurrency: int = ENGINE_MAX_BATCH) -> Callable[[dict[str, Any], Any], list[str]]:
     """(HCP document, tasks) -> the route the production router picks for each task, on the run's engine."""
 
     def routes(doc: dict[str, Any], tasks: Any) -> list[str]:

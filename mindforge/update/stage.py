@@ -64,6 +64,7 @@ from mindforge.rollouts import (
     reward_stats,
     rollout_groups,
 )
+from mindforge.settings import ENGINE_MAX_BATCH
 from mindforge.store import RunDir, atomic_write_json
 from mindforge.tasks.benchmarks import SealedSet
 from mindforge.tasks.models import Route, Task, Trajectory
@@ -455,8 +456,8 @@ class _Run:
             doc["provider"]["sampling"]["answer"]["temperature"] = temperature
         pin = self.route if self.cfg.routing == "pinned" and self.route != "L0" else None
         runner = self.svc.runner_for(doc, max_tokens, route=pin)
-        # Every group of the step in flight at once: the engine batches up to 32 sequences.
-        rcfg = RolloutConfig(group_size=samples, reward=self.reward, seed=self.cfg.seed, concurrency=32)
+        # Every group of the step in flight at once, up to the sequences the engine decodes together.
+        rcfg = RolloutConfig(group_size=samples, reward=self.reward, seed=self.cfg.seed, concurrency=ENGINE_MAX_BATCH)
         return asyncio.run(rollout_groups(
             tasks, runner, self.svc.verifier, rcfg, hcp_version=hcp_hash(doc), route=self.route,
             open_session=self.svc.open_session, seed_offset=seed_offset,
