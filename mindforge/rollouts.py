@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mindforge.inflight import InFlight
+from mindforge.inflight import InFlight, Line
 from mindforge.store import write_parquet
 from mindforge.tasks.models import Hop, Task, Trajectory, Verdict, VerdictStatus
 
@@ -164,13 +164,14 @@ async def rollout_groups(
     open_session: SessionOpener | None = None,
     seed_offset: int = 0,
     on_answer: Callable[[], None] | None = None,
-    gate: InFlight | None = None,
+    gate: Line | None = None,
 ) -> list[list[Trajectory]]:
     """``group_size`` samples of each task, verified and rewarded; one list a task.
 
     ``on_answer`` is called as each sample's turn ends (before verification), for a progress bar.
-    ``gate``: a bound shared with other calls, in other threads too (``config.concurrency`` is then
-    not read); None: this call keeps at most ``config.concurrency`` turns in flight.
+    ``gate``: this call's place in a bound shared with other calls, in other threads too
+    (``InFlight.line()``; ``config.concurrency`` is then not read); None: this call keeps at most
+    ``config.concurrency`` turns in flight.
     """
     gate = gate or asyncio.Semaphore(config.concurrency)
 
@@ -227,7 +228,7 @@ class HarnessSolver:
         return asyncio.run(rollout_groups(
             tasks, self.runner_for(hcp), self.pool, config, hcp_version=hcp_hash(hcp),
             route=hcp.router.default_route, open_session=self.pool.session, seed_offset=seed_offset,
-            on_answer=on_answer, gate=self.in_flight,
+            on_answer=on_answer, gate=self.in_flight.line(),
         ))
 
 

@@ -17,8 +17,8 @@ def test_one_bound_holds_across_threads_and_hands_slots_over_in_order() -> None:
     now = {"busy": 0, "most": 0}
     finished: list[str] = []
 
-    async def turn(name: str, seconds: float) -> None:
-        async with gate:
+    async def turn(line, name: str, seconds: float) -> None:
+        async with line:
             with lock:
                 now["busy"] += 1
                 now["most"] = max(now["most"], now["busy"])
@@ -29,7 +29,8 @@ def test_one_bound_holds_across_threads_and_hands_slots_over_in_order() -> None:
 
     def shard(prefix: str, seconds: float) -> None:  # like an eval shard: its own loop, in its own thread
         async def every() -> None:
-            await asyncio.gather(*(turn(f"{prefix}{i}", seconds) for i in range(5)))
+            line = gate.line()
+            await asyncio.gather(*(turn(line, f"{prefix}{i}", seconds) for i in range(5)))
 
         asyncio.run(every())
 
@@ -43,6 +44,30 @@ def test_one_bound_holds_across_threads_and_hands_slots_over_in_order() -> None:
     assert gate.busy == 0
 
 
+def test_the_call_that_began_first_is_served_first() -> None:
+    """Two calls' turns wait for one slot: the older call's go first, whatever order they asked in."""
+    gate = InFlight(1)
+    served: list[str] = []
+
+    async def main() -> None:
+        older, younger = gate.line(), gate.line()
+        await gate.acquire()  # the slot is taken: everyone below waits
+
+        async def turn(line, name: str) -> None:
+            async with line:
+                served.append(name)
+
+        tasks = [asyncio.create_task(turn(younger, "young-1")), asyncio.create_task(turn(older, "old-1")),
+                 asyncio.create_task(turn(younger, "young-2")), asyncio.create_task(turn(older, "old-2"))]
+        await asyncio.sleep(0)
+        gate.release()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert served == ["old-1", "old-2", "young-1", "young-2"]
+    assert gate.busy == 0
+
+
 def test_a_cancelled_waiter_passes_its_slot_on() -> None:
     gate = InFlight(1)
 
@@ -53,7 +78,7 @@ def test_a_cancelled_waiter_passes_its_slot_on() -> None:
         await asyncio.sleep(0)
 
         async def later() -> None:
-            async with gate:
+            async with gate.line():
                 got.append("later")
 
         after = asyncio.create_task(later())

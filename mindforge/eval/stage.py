@@ -21,9 +21,10 @@ settings.
   rerun resumes.
 - The result is compared, paired on the same tasks, with the previous
   cycle's eval and with cycle 0's (``stats.paired``).
-- Missing shards are scored through ``services.mapper`` (three at a time in
-  threads by default, under one bound on requests in flight, so the
-  engine's batch stays full); a mapper that
+- Missing shards are scored through ``services.mapper`` (six in hand in
+  threads by default, under one bound on requests in flight that serves
+  the oldest shard first, so the engine's batch stays full and shards
+  finish one after another); a mapper that
   leaves the process (the flow's Dask or Ray workers) runs
   ``services.score`` on a ``Shard`` of data, and each shard is written here
   as it comes back.
@@ -55,6 +56,9 @@ from mindforge.tasks.models import Task, Trajectory, VerdictStatus
 from mindforge.tracking import write_cycle_curve
 
 
+SHARDS_IN_HAND = 6
+
+
 class EvalError(MindForgeError):
     pass
 
@@ -73,11 +77,12 @@ class EvalServices:
     progress: Callable[[int, int], None] | None = None
     # Where missing shards are scored: ``mapper`` runs ``score`` over them (None: ``score_chunk`` on
     # ``solver`` here); a mapper that leaves the process needs a portable ``score`` (eval.runtime's).
-    # Three shards at once by default, all under the solver's one bound on requests in flight: the next
-    # shards' turns take the places of a shard's last turns as they finish and while it is verified (one
-    # shard at a time left the batch half empty at every shard's end; two, each with a bound of its own,
-    # drained together).
-    mapper: Mapper = field(default_factory=lambda: ThreadMapper(3))
+    # Shards in hand at once by default, all under the solver's one bound on requests in flight, the
+    # oldest served first: the next shards' turns take the places of a shard's last turns as they finish
+    # and while it is verified. One shard at a time left the batch half empty at every shard's end; two,
+    # each with a bound of its own, drained together. Six keep turns waiting while the oldest shard's
+    # longest answer (384 tokens) finishes and it is verified.
+    mapper: Mapper = field(default_factory=lambda: ThreadMapper(SHARDS_IN_HAND))
     score: Callable[[Shard], list[EvalRow]] | None = None
     engine_dtype: str = "float32"  # part of the eval's key: a bfloat16 engine's answers are its own
 
