@@ -105,6 +105,24 @@ def test_rebuild_left_pads_rows_and_keeps_their_values():
     assert smaller.width == 3 and torch.equal(smaller.row(0).layers[0][1], a.layers[0][1])
 
 
+def test_a_joining_row_takes_a_dead_rows_place_and_trim_narrows_the_view():
+    a, b, c = fake_kv(3, 1.0), fake_kv(5, 2.0), fake_kv(2, 3.0)
+    batch = kv.rebuild(None, [], [a, b], headroom=4)
+    storage = batch.layers[0].buf_k.data_ptr()
+    assert not kv.place(batch, [], [c])  # no free row: the caller rebuilds
+    assert not kv.place(batch, [1], [fake_kv(6)])  # longer than the width: the caller rebuilds
+    assert kv.place(batch, [1], [c])  # b left; c takes its row, right-aligned
+    assert batch.kv_len == [3, 2] and torch.equal(batch.row(1).layers[0][0], c.layers[0][0])
+    assert torch.equal(batch.row(0).layers[0][0], a.layers[0][0])  # the other row is untouched
+    kv.trim(batch, [0, 1])  # every live row pads the first two columns
+    assert batch.width == 3 and batch.layers[0].buf_k.data_ptr() != storage  # a view further in...
+    assert batch.layers[0].buf_k.untyped_storage().data_ptr() == batch.layers[0].buf_k.untyped_storage().data_ptr()
+    assert torch.equal(batch.row(0).layers[0][1], a.layers[0][1]) and torch.equal(batch.row(1).layers[0][0],
+                                                                                 c.layers[0][0])
+    mask, pos = batch.decode_inputs("cpu")
+    assert mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]] and pos.tolist() == [[3], [2]]
+
+
 # ---------------------------------------------------------------- sampling
 def test_top_p_keeps_the_nucleus_and_renormalises():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
@@ -400,3 +418,45 @@ def test_rows_that_finish_early_stay_as_dead_rows_without_changing_the_others(ti
     finally:
         sched.stop()
     assert together == alone and [len(t) for t in together] == lengths
+
+
+def test_requests_that_arrive_one_at_a_time_join_in_place_with_the_same_tokens(tiny):
+    """A request admitted while others decode takes the place of a finished row (no rebuild of the batch)
+    and gets the tokens it gets alone; the rows already there are unchanged."""
+    sched = Scheduler(EngineModel(tiny / "model"), "tiny", prefix_cache_tokens=0)
+    sched._load("A", tiny / "A")
+
+    def request(i: int, n: int, words: int) -> GenerationRequest:
+        return GenerationRequest("A" if i % 2 else "tiny", prompt(sched, f"join {i} " + "pq " * words),
+                                 SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+
+    def loop() -> None:  # one pass of the scheduler's loop, driven here
+        sched._drain(block=False)
+        sched._regroup(sched._admit())
+        if sched._rows:
+            sched._step()
+
+    # two of eight finish early: a quarter, left in place while nobody joins
+    first = [request(i, n, 6) for i, n in enumerate([2, 14, 14, 3, 14, 14, 14, 14])]
+    for r in first:
+        sched.submit(r)
+    loop()  # a new batch: its one rebuild
+    for _ in range(3):
+        loop()  # rows 0 and 3 finish and stay as dead rows
+    late = [request(8, 6, 0), request(9, 5, 1)]  # shorter prompts than the batch's width
+    for r in late:
+        sched.submit(r)
+    loop()
+    assert sched.metrics.counters["batch_rebuilds_total"] == 1
+    assert {id(sched._rows[0].request), id(sched._rows[3].request)} == {id(r) for r in late}
+    while not all(r.future.done() for r in first + late):
+        loop()
+    assert sched.metrics.counters["batch_rebuilds_total"] == 1
+    got = [r.future.result().choices[0].token_ids for r in first + late]
+    sched.start()
+    try:
+        alone = [generate(sched, r.model, r.prompt_ids, max_tokens=r.params.max_tokens, temperature=0,
+                          ignore_eos=True).choices[0].token_ids for r in first + late]
+    finally:
+        sched.stop()
+    assert got == alone and [len(t) for t in got] == [2, 14, 14, 3, 14, 14, 14, 14, 6, 5]

@@ -37,6 +37,8 @@ _COUNTERS = {
     "decode_seconds_total": "Wall time spent in decode steps (forward, sampling and bookkeeping).",
     "prefill_seconds_total": "Wall time spent in batched prefills.",
     "prefill_batches_total": "Batched prefills (requests_total over this is the mean number of prompts a prefill).",
+    "batch_rebuilds_total": "Copies of the whole decode batch's keys/values (rows joined that did not fit in the "
+                            "places of rows that left, or a quarter of the rows had left).",
     "request_seconds_total": "Wall time from arrival to answer, summed over requests (callers subtract it "
                              "from their own time to measure their overhead).",
 }

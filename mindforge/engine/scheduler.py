@@ -315,23 +315,33 @@ class Scheduler:
         return row.finish_reason is None and not row.request.future.cancelled()
 
     def _regroup(self, joining: list[Row]) -> None:
-        """Add the joining rows and drop finished or abandoned ones: one slab rebuild per change.
+        """Put the joining rows in the places of finished or abandoned ones; rebuild the slabs only when they
+        do not fit there (``kv.place``).
 
-        Rows that leave while none join stay in place as dead rows (computed,
-        never read) until they are a quarter of the batch or no row is live: a
-        rebuild copies every row's keys/values, which costs about a decode step
-        at a full batch, so one per departing row would cost more than the
-        wasted rows do.
+        Rows that leave stay in place as dead rows (computed, never read)
+        until a joiner takes their place, or, while none joins, until they are
+        a quarter of the batch or no row is live: a rebuild copies every row's
+        keys/values, which costs more than a decode step at a full batch, so
+        one per departing row would cost more than the wasted rows do.
         """
         keep = [i for i, r in enumerate(self._rows) if self._live(r)]
-        dead = len(self._rows) - len(keep)
-        if not joining and (dead == 0 or (keep and dead * 4 <= len(self._rows))):
-            return
+        dead = [i for i, r in enumerate(self._rows) if not self._live(r)]
         joining_kv = [r.prompt_kv for r in joining]
+        if joining and self._batch is not None and kv.place(self._batch, dead, joining_kv):
+            for i, r in zip(dead, joining):
+                self._rows[i] = r
+                r.prompt_kv = None
+            kv.trim(self._batch, [i for i, r in enumerate(self._rows) if self._live(r)])
+            return
+        if not joining and (not dead or (keep and len(dead) * 4 <= len(self._rows))):
+            if dead and self._batch is not None:
+                kv.trim(self._batch, keep)  # the longest rows may have left
+            return
         for r in joining:
             r.prompt_kv = None
         self._batch = kv.rebuild(self._batch, keep, joining_kv)
         self._rows = [self._rows[i] for i in keep] + joining
+        self.metrics.inc("batch_rebuilds_total")
 
     def _step(self) -> None:
         m = self.model
