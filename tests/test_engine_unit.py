@@ -121,6 +121,15 @@ def test_a_joining_row_takes_a_dead_rows_place_and_trim_narrows_the_view():
                                                                                  c.layers[0][0])
     mask, pos = batch.decode_inputs("cpu")
     assert mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]] and pos.tolist() == [[3], [2]]
+    with torch.inference_mode():  # a decode step outgrows the slabs: they become inference tensors
+        for layer in batch.layers:
+            layer.update(torch.zeros(2, 1, 200, 2), torch.zeros(2, 1, 200, 2))
+    batch.kv_len = [n + 200 for n in batch.kv_len]
+    assert batch.layers[0].buf_k.is_inference()
+    assert kv.place(batch, [1], [fake_kv(4, 5.0)])  # written outside inference mode, as the scheduler does
+    assert torch.equal(batch.row(1).layers[0][0], fake_kv(4, 5.0).layers[0][0])
+    kv.trim(batch, [1])  # row 0 is not live: the view narrows to row 1's four columns
+    assert batch.width == 4 and torch.equal(batch.row(1).layers[0][1], fake_kv(4, 5.0).layers[0][1])
 
 
 # ---------------------------------------------------------------- sampling

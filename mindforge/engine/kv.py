@@ -180,12 +180,14 @@ def place(batch: BatchKV, free: Sequence[int], joining: Sequence[RowKV]) -> bool
     w = batch.width
     if len(joining) > len(free) or any(r.length > w for r in joining):
         return False
-    for i, r in zip(free, joining):
-        n = r.length
-        for layer, (k, v) in zip(batch.layers, r.layers, strict=True):
-            layer.buf_k[i, :, w - n:w] = k[0]
-            layer.buf_v[i, :, w - n:w] = v[0]
-        batch.kv_len[i] = n
+    # a slab that grew during a decode step is an inference tensor: written to only in inference mode
+    with torch.inference_mode():
+        for i, r in zip(free, joining):
+            n = r.length
+            for layer, (k, v) in zip(batch.layers, r.layers, strict=True):
+                layer.buf_k[i, :, w - n:w] = k[0]
+                layer.buf_v[i, :, w - n:w] = v[0]
+            batch.kv_len[i] = n
     return True
 
 
