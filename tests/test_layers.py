@@ -1,7 +1,7 @@
 """The package's layers, read from its imports: no back-edges, no stage reaching into another.
 
 core (hcp, tasks, store, settings, errors, paths) → services (sandbox, engine,
-harness, rollouts, catalog, run_services, services, tracking, fanout) → stages (discovery,
+harness, rollouts, catalog, run_services, services, tracking, fanout, inflight) → stages (discovery,
 expansion, update, eval) → cycle → flows and the CLI. A module may import
 its own layer or a lower one; a stage imports no other stage. Imports inside
 functions count too (they are lazy, not exempt). A ``__main__`` module is an
@@ -21,7 +21,7 @@ LAYERS = {
              "mindforge.paths", "mindforge.runlock", "mindforge.procs"),
     "services": ("mindforge.sandbox", "mindforge.engine", "mindforge.harness", "mindforge.rollouts",
                  "mindforge.catalog", "mindforge.run_services", "mindforge.services", "mindforge.tracking",
-                 "mindforge.fanout"),
+                 "mindforge.fanout", "mindforge.inflight"),
     "stages": ("mindforge.discovery", "mindforge.expansion", "mindforge.update", "mindforge.eval"),
     "cycle": ("mindforge.cycle",),
     "entry": ("mindforge.cli", "mindforge.flows", "mindforge"),
