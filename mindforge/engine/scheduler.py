@@ -324,14 +324,15 @@ class Scheduler:
         keys/values, which costs more than a decode step at a full batch, so
         one per departing row would cost more than the wasted rows do.
         """
-        keep = [i for i, r in enumerate(self._rows) if self._live(r)]
-        dead = [i for i, r in enumerate(self._rows) if not self._live(r)]
+        live = [self._live(r) for r in self._rows]
+        keep = [i for i, ok in enumerate(live) if ok]
+        dead = [i for i, ok in enumerate(live) if not ok]
         joining_kv = [r.prompt_kv for r in joining]
         if joining and self._batch is not None and kv.place(self._batch, dead, joining_kv):
             for i, r in zip(dead, joining):
                 self._rows[i] = r
                 r.prompt_kv = None
-            kv.trim(self._batch, [i for i, r in enumerate(self._rows) if self._live(r)])
+            kv.trim(self._batch, keep + dead[:len(joining)])
             return
         if not joining and (not dead or (keep and len(dead) * 4 <= len(self._rows))):
             if dead and self._batch is not None:
